@@ -1,0 +1,40 @@
+"""The README's promises: exactly two set-up commands, and CI runs the test one verbatim."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setup_commands() -> list[str]:
+    """Commands in the README's 'Set up' section: the fenced ```bash blocks there."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Set up", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", section, flags=re.S)]
+
+
+def test_readme_gives_exactly_two_setup_commands():
+    commands = _setup_commands()
+    assert len(commands) == 2, commands
+    app_command, test_command = commands
+    assert app_command.endswith("streamlit run app.py")
+    assert "apt-get install" in test_command and "chromium" in test_command
+    assert "pytest" in test_command
+
+
+def test_ci_runs_the_readme_test_command():
+    ci_script = (ROOT / ".ci" / "run").read_text()
+    match = re.search(r"^TEST_COMMAND='(.*)'$", ci_script, flags=re.M)
+    assert match, "TEST_COMMAND not found in .ci/run"
+    assert match.group(1) == _setup_commands()[1]
+
+
+def test_requirements_pin_triton_with_torch():
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    # torch 2.13.0's CUDA wheel on PyPI requires triton 3.7.1 exactly: a mismatched pin
+    # would make `pip install -r requirements.txt` unresolvable for real users.
+    assert pins["torch"] == "2.13.0" and pins["triton"] == "3.7.1"
