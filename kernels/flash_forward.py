@@ -1,0 +1,391 @@
+"""Tiled FlashAttention-style forward pass (prefill) in Triton.
+
+Algorithm (FlashAttention-2 forward, Dao 2023; online softmax of Milakov & Gimelshein 2018)
+--------------------------------------------------------------------------------------------
+One program owns ``BLOCK_M`` query rows of one query head. It walks the keys in tiles of
+``BLOCK_N`` and keeps, per row, the running max ``m_i``, the running softmax denominator ``l_i``
+and the unnormalised output ``acc`` (float32), never writing the ``N × N`` score matrix:
+
+    for each K, V tile j:
+        s    = q · k_jᵀ · scale · log2(e)          # log2(e) folded in, so exp2 replaces exp
+        m'   = max(m_i, rowmax(s))
+        p    = exp2(s − m')
+        α    = exp2(m_i − m')                      # rescales what was accumulated so far
+        l_i  = α · l_i + rowsum(p)
+        acc  = α · acc + p · v_j                   # p cast to the input dtype for the tensor cores
+        m_i  = m'
+    out = acc / l_i ;  lse = (m_i + log2 l_i) · ln 2   (natural log, for a backward pass or a merge)
+
+Causal prefill splits each program's key range in two: the tiles strictly left of the diagonal
+(no mask needed, the hot loop) and the ``BLOCK_M`` keys on the diagonal (masked). A non-causal
+sequence whose length is not a multiple of ``BLOCK_N`` gets one masked tail tile. Causal
+programs are launched heaviest first (last query block first) so the tail of the grid is short.
+
+Grouped-query attention: query head ``h`` reads KV head ``h // (Hq // Hkv)``, as in
+:mod:`kernels.reference`.
+
+Sources
+-------
+* Dao et al., "FlashAttention", NeurIPS 2022; Dao, "FlashAttention-2", 2023.
+* Triton tutorial 06 "Fused Attention" (structure of the inner loop, the causal stage split).
+
+Limits
+------
+* Prefill only: ``N_q == N_k`` (for decode use :mod:`kernels.paged_decode`).
+* Causal is aligned as in the reference (query ``i`` sees keys ``j <= i`` when ``N_q == N_k``).
+* Head dim 64 or 128; float16 or bfloat16; the head dim must be contiguous (stride 1).
+* Forward only (no backward kernel).
+* Under ``TRITON_INTERPRET=1`` (CPU tests) the tile products run in float32, because the
+  interpreter's bfloat16 ``tl.dot`` and arithmetic are wrong; on the GPU they run on bf16/fp16
+  tensor cores with float32 accumulation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from kernels.runtime import ensure_triton_backend, interpreter_active
+
+# Triton decides interpret-or-compile when a kernel is decorated: choose before importing it.
+ensure_triton_backend()
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+__all__ = ["FlashConfig", "flash_attention_forward", "pick_config"]
+
+# log2(e): scores are scaled by sm_scale * LOG2E so the kernel can use exp2 (one MUFU op).
+LOG2E = 1.4426950408889634
+# ln(2): converts the kernel's base-2 log-sum-exp back to natural log.
+LN2 = 0.6931471805599453
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
+SUPPORTED_HEAD_DIMS = (64, 128)
+
+
+def _interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return interpreter_active()
+
+
+@triton.jit
+def _attn_fwd_inner(
+    acc,  # [BLOCK_M, HEAD_DIM] float32 running numerator
+    l_i,  # [BLOCK_M] float32 running denominator
+    m_i,  # [BLOCK_M] float32 running max, in the log2-scaled domain
+    q,  # [BLOCK_M, HEAD_DIM] query tile, loaded once by the caller
+    k_base,  # pointer to key 0 of this program's KV head
+    v_base,  # pointer to value 0 of this program's KV head
+    stride_kn,  # key-token stride (elements)
+    stride_vn,  # value-token stride (elements)
+    offs_m,  # [BLOCK_M] absolute query indices of this tile
+    offs_n,  # [BLOCK_N] 0..BLOCK_N-1
+    offs_d,  # [HEAD_DIM] 0..HEAD_DIM-1
+    lo,  # first key of this range (multiple of BLOCK_N)
+    hi,  # one past the last key of this range
+    n_ctx,  # sequence length: keys at or past it are padding
+    qk_scale,  # sm_scale * log2(e)
+    BLOCK_N: tl.constexpr,
+    MASK: tl.constexpr,  # 0: no mask (hot loop); 1: causal diagonal; 2: key tail (j < n_ctx)
+    COMPUTE_F32: tl.constexpr,  # interpreter only: do the products in float32
+):
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        offs_kn = start_n + offs_n
+        k_ptrs = k_base + offs_kn[:, None] * stride_kn + offs_d[None, :]
+        v_ptrs = v_base + offs_kn[:, None] * stride_vn + offs_d[None, :]
+        if MASK == 0:
+            # Every key of these tiles exists: unmasked loads keep the hot loop lean.
+            k = tl.load(k_ptrs)
+        else:
+            # Keys past n_ctx may be garbage (even NaN) in a padded buffer: load zeros instead.
+            k = tl.load(k_ptrs, mask=offs_kn[:, None] < n_ctx, other=0.0)
+        if COMPUTE_F32:
+            k = k.to(tl.float32)
+        qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N] float32 raw scores
+        if MASK == 1:
+            # Causal: query i sees key j <= i. For real rows (i < n_ctx) this also hides keys
+            # >= n_ctx; padding rows are never stored.
+            qk = tl.where(offs_m[:, None] >= offs_kn[None, :], qk, float("-inf"))
+        elif MASK == 2:
+            qk = tl.where(offs_kn[None, :] < n_ctx, qk, float("-inf"))
+        # Every row sees at least one key in its first tile, so m_ij is finite and
+        # (-inf) - m_ij below is -inf, never NaN.
+        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # one FMA + exp2 per score
+        alpha = tl.math.exp2(m_i - m_ij)  # 1 where the max did not move
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        if MASK == 0:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_kn[:, None] < n_ctx, other=0.0)
+        if COMPUTE_F32:
+            v = v.to(tl.float32)
+        # p goes to the tensor cores in the input dtype (bf16/fp16), accumulating in float32.
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+    return acc, l_i, m_i
+
+
+@triton.jit
+def _attn_fwd_kernel(
+    Q,  # [B, Hq, N, D] queries
+    K,  # [B, Hkv, N, D] keys
+    V,  # [B, Hkv, N, D] values
+    Out,  # [B, Hq, N, D] output, q's dtype
+    Lse,  # [B, Hq, N] float32 log-sum-exp (natural log), contiguous
+    qk_scale,  # sm_scale * log2(e)
+    stride_qb, stride_qh, stride_qn,  # q strides (elements); head dim is contiguous
+    stride_kb, stride_kh, stride_kn,
+    stride_vb, stride_vh, stride_vn,
+    stride_ob, stride_oh, stride_on,
+    n_ctx,  # sequence length N (queries and keys)
+    H_Q,  # number of query heads
+    GROUP: tl.constexpr,  # Hq // Hkv query heads per KV head
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,  # query rows per program
+    BLOCK_N: tl.constexpr,  # keys per inner tile; divides BLOCK_M
+    CAUSAL: tl.constexpr,
+    COMPUTE_F32: tl.constexpr,  # interpreter only (bf16 tl.dot is wrong there)
+):
+    num_m = tl.cdiv(n_ctx, BLOCK_M)
+    if CAUSAL:
+        # Last query block has the most keys: launch it first so short programs fill the tail.
+        start_m = num_m - 1 - tl.program_id(0)
+    else:
+        start_m = tl.program_id(0)
+    off_bh = tl.program_id(1)
+    off_b = off_bh // H_Q
+    off_h = off_bh % H_Q
+    off_kvh = off_h // GROUP  # GQA: query heads h*GROUP..h*GROUP+GROUP-1 share KV head h
+
+    # 64-bit base offsets: B * H * N * D can exceed 2^31 elements at long contexts.
+    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_kvh.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_kvh.to(tl.int64) * stride_vh
+    o_base = Out + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    q_ptrs = q_base + offs_m[:, None] * stride_qn + offs_d[None, :]
+    q = tl.load(q_ptrs, mask=offs_m[:, None] < n_ctx, other=0.0)
+    if COMPUTE_F32:
+        q = q.to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+
+    if CAUSAL:
+        # Off-diagonal: keys [0, start_m*BLOCK_M) are all <= every query of this block.
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32,
+        )
+        # Diagonal: keys [start_m*BLOCK_M, (start_m+1)*BLOCK_M), masked.
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, n_ctx), n_ctx, qk_scale,
+            BLOCK_N, 1, COMPUTE_F32,
+        )
+    else:
+        n_full = (n_ctx // BLOCK_N) * BLOCK_N  # keys in whole tiles
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32,
+        )
+        # At most one partial tile left: mask the keys past n_ctx.
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32,
+        )
+
+    acc = acc / l_i[:, None]
+    lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453  # base 2 -> natural log (ln 2)
+    row_ok = offs_m < n_ctx
+    lse_ptrs = Lse + off_bh.to(tl.int64) * n_ctx + offs_m
+    tl.store(lse_ptrs, lse, mask=row_ok)
+    o_ptrs = o_base + offs_m[:, None] * stride_on + offs_d[None, :]
+    tl.store(o_ptrs, acc.to(Out.dtype.element_ty), mask=row_ok[:, None])
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FlashConfig:
+    """Launch configuration of the forward kernel.
+
+    ``block_n`` must divide ``block_m`` (the causal diagonal is walked in ``block_n`` steps).
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            val = getattr(self, name)
+            if val < 16 or val & (val - 1):
+                raise ValueError(f"{name} must be a power of two >= 16, got {val}")
+        if self.block_m % self.block_n:
+            raise ValueError(f"block_n ({self.block_n}) must divide block_m ({self.block_m})")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
+
+
+# Per-shape table, tuned on an H200 (see benchmarks/NOTES-prefill.md and kernels/tune_flash.py).
+# Key: (head_dim, causal). Hopper wgmma wants BLOCK_M = 128 (two warpgroups with 8 warps).
+_GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
+    (64, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+    (64, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+    (128, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+    (128, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+}
+# Interpreter (CPU tests): small tiles so tails and several tiles are exercised at tiny N.
+_INTERPRETER_CONFIG = FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1)
+
+
+def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
+    """Launch configuration for a shape: the tuned table on a GPU, small tiles when interpreting."""
+    if _interpreting():
+        return _INTERPRETER_CONFIG
+    cfg = _GPU_CONFIGS[(head_dim, causal)]
+    if n_ctx <= 64 and cfg.block_m > 64:
+        # Very short prompts: a 128-row tile would be mostly padding.
+        return FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
+    return cfg
+
+
+def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise ValueError, naming the argument and values, for anything the kernel can't take."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must be 4-D [batch, heads, tokens, head_dim], got shape {tuple(t.shape)}"
+            )
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name}.dtype must be float16 or bfloat16, got {t.dtype}")
+        if t.stride(3) != 1:
+            raise ValueError(
+                f"{name} must have a contiguous head dim (stride 1), got strides {tuple(t.stride())}"
+            )
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if q.device.type != "cuda" and not _interpreting():
+        raise ValueError(
+            f"q is on {q.device}; the kernel needs a CUDA device (or TRITON_INTERPRET=1 for CPU)"
+        )
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    b, hq, n, d = q.shape
+    if k.shape[0] != b:
+        raise ValueError(f"k batch ({k.shape[0]}) must equal q batch ({b})")
+    if k.shape[2] != n:
+        raise ValueError(
+            f"prefill kernel needs N_q == N_k, got q tokens {n} and k tokens {k.shape[2]}"
+        )
+    if k.shape[3] != d:
+        raise ValueError(f"k head_dim ({k.shape[3]}) must equal q head_dim ({d})")
+    if d not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
+    hkv = k.shape[1]
+    if hkv == 0 or hq % hkv != 0:
+        raise ValueError(f"query heads ({hq}) must be a multiple of KV heads ({hkv})")
+    if b == 0 or n == 0:
+        raise ValueError(f"batch and tokens must be >= 1, got q shape {tuple(q.shape)}")
+    if b * hq > 65535:
+        raise ValueError(f"batch * query heads must be <= 65535 (grid axis 1), got {b * hq}")
+
+
+def _check_scale(sm_scale: float | None, head_dim: int) -> float:
+    """Default 1/sqrt(D); reject non-finite or non-positive scales (the mask relies on scale > 0)."""
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float(sm_scale)
+    if not math.isfinite(scale) or scale <= 0.0:
+        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
+    return scale
+
+
+def flash_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    causal: bool,
+    sm_scale: float | None = None,
+    config: FlashConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tiled attention forward pass (prefill): softmax(Q Kᵀ · sm_scale) V without the N×N matrix.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``[B, Hq, N, D]`` queries, float16 or bfloat16, CUDA (CPU only under
+        ``TRITON_INTERPRET=1``). Any strides with the head dim contiguous.
+    k, v : torch.Tensor
+        ``[B, Hkv, N, D]`` keys and values, same dtype and device; ``Hq % Hkv == 0``
+        (query head ``h`` uses KV head ``h // (Hq // Hkv)``). Prefill: same ``N`` as q.
+    causal : bool
+        Query ``i`` sees keys ``j <= i`` only.
+    sm_scale : float, optional
+        Softmax scale, default ``1 / sqrt(D)``; must be positive.
+    config : FlashConfig, optional
+        Override the per-shape launch configuration (used by ``kernels/tune_flash.py``).
+
+    Returns
+    -------
+    out : torch.Tensor
+        ``[B, Hq, N, D]`` contiguous, q's dtype.
+    lse : torch.Tensor
+        ``[B, Hq, N]`` float32, natural-log log-sum-exp of the scaled scores of each row.
+
+    Raises
+    ------
+    ValueError
+        Unsupported dtype, head dim, shape, stride, device or head ratio; checked before launch.
+    """
+    _check_tensors(q, k, v)
+    b, hq, n, d = q.shape
+    scale = _check_scale(sm_scale, d)
+    cfg = config if config is not None else pick_config(head_dim=d, causal=bool(causal), n_ctx=n)
+    out = torch.empty((b, hq, n, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
+    grid = (triton.cdiv(n, cfg.block_m), b * hq)
+    _attn_fwd_kernel[grid](
+        q, k, v, out, lse,
+        scale * LOG2E,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        n, hq,
+        GROUP=hq // k.shape[1],
+        HEAD_DIM=d,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        CAUSAL=bool(causal),
+        COMPUTE_F32=_interpreting(),
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    return out, lse
+
+
+def reference_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 reference with the same signature (see :func:`kernels.reference.naive_attention_lse`)."""
+    from kernels.reference import naive_attention_lse
+
+    return naive_attention_lse(q, k, v, causal=causal, sm_scale=sm_scale)
