@@ -1,0 +1,112 @@
+"""PyTorch reference for paged decode attention: gather the pages, then attend in float32.
+
+``gather_kv`` follows each sequence's block table and lays its tokens out contiguously
+(``[n_kv_heads, seq_len, head_dim]``): exactly the work a paged kernel avoids. The reference
+then computes ``softmax(q k^T * sm_scale) v`` in float32, one sequence at a time (ragged
+lengths, no padding to get wrong), repeating each KV head for its ``n_q_heads // n_kv_heads``
+query heads (GQA). FP8 caches are dequantised first (value * scale), so the kernel is compared
+against the function it is meant to compute on the stored values.
+
+Used by the tests and shown by the app; slow on purpose (a Python loop over sequences).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["gather_kv", "gather_kv_padded", "paged_attention_reference"]
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """One sequence's tokens from the pool.
+
+    Parameters
+    ----------
+    cache : Tensor [num_blocks, n_kv_heads, block_size, head_dim]
+    block_table : Tensor [max_blocks_per_seq] (int)
+    seq_len : int
+
+    Returns
+    -------
+    Tensor [n_kv_heads, seq_len, head_dim], the cache's dtype
+    """
+    block_size = cache.shape[2]
+    nblk = -(-seq_len // block_size)
+    pages = cache[block_table[:nblk].long()]  # [nblk, n_kv_heads, block_size, head_dim]
+    tokens = pages.transpose(0, 1).reshape(cache.shape[1], nblk * block_size, cache.shape[3])
+    return tokens[:, :seq_len]
+
+
+def gather_kv_padded(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
+    """All sequences at once, padded to ``max_len`` (what "gather then SDPA" does on the GPU).
+
+    Table entries past a sequence's blocks must still index the pool (e.g. repeat a valid
+    block); the padded tokens are garbage that the caller masks or, with equal lengths, never has.
+
+    Returns
+    -------
+    Tensor [batch, n_kv_heads, max_len, head_dim]
+    """
+    block_size = cache.shape[2]
+    nblk = -(-max_len // block_size)
+    pages = cache[block_tables[:, :nblk].long()]  # [batch, nblk, n_kv_heads, block_size, head_dim]
+    batch, _, heads, _, dim = pages.shape
+    tokens = pages.permute(0, 2, 1, 3, 4).reshape(batch, heads, nblk * block_size, dim)
+    return tokens[:, :, :max_len]
+
+
+def _dequant(x: torch.Tensor, scale: torch.Tensor | float | None) -> torch.Tensor:
+    """[n_kv_heads, L, D] -> float32 with the per-tensor or per-head scale applied."""
+    xf = x.float()
+    if scale is None:
+        return xf
+    if isinstance(scale, (int, float)):
+        return xf * float(scale)
+    s = scale.float().reshape(-1)
+    s = s.expand(x.shape[0]) if s.numel() == 1 else s
+    return xf * s.to(x.device).reshape(-1, 1, 1)
+
+
+def paged_attention_reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: torch.Tensor | float | None = None,
+    v_scale: torch.Tensor | float | None = None,
+) -> torch.Tensor:
+    """Float32 decode attention over a paged cache (same arguments as ``paged_decode_attention``).
+
+    Parameters
+    ----------
+    q : Tensor [batch, n_q_heads, head_dim]
+    k_cache, v_cache : Tensor [num_blocks, n_kv_heads, block_size, head_dim]
+    block_tables : Tensor [batch, max_blocks_per_seq] int
+    seq_lens : Tensor [batch] int
+    sm_scale : float, optional; default ``1 / sqrt(head_dim)``
+    k_scale, v_scale : FP8 dequantisation scales (float, [1] or [n_kv_heads]), optional
+
+    Returns
+    -------
+    Tensor [batch, n_q_heads, head_dim], float32
+    """
+    batch, n_q_heads, head_dim = q.shape
+    n_kv_heads = k_cache.shape[1]
+    group = n_q_heads // n_kv_heads
+    if sm_scale is None:
+        sm_scale = 1.0 / math.sqrt(head_dim)
+    out = torch.empty(batch, n_q_heads, head_dim, dtype=torch.float32, device=q.device)
+    lens = [int(n) for n in seq_lens.tolist()]
+    for b, n in enumerate(lens):
+        k = _dequant(gather_kv(k_cache, block_tables[b], n), k_scale)  # [Hkv, n, D]
+        v = _dequant(gather_kv(v_cache, block_tables[b], n), v_scale)
+        k = k.repeat_interleave(group, dim=0)  # [Hq, n, D]: query head h reads KV head h // group
+        v = v.repeat_interleave(group, dim=0)
+        scores = torch.einsum("hd,hnd->hn", q[b].float(), k) * sm_scale
+        out[b] = torch.einsum("hn,hnd->hd", torch.softmax(scores, dim=-1), v)
+    return out
