@@ -1,0 +1,35 @@
+"""Integer helpers shared by the allocators and simulations (one definition of each)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def cdiv(numerator: int, denominator: int) -> int:
+    """Ceiling division of non-negative integers: ``ceil(numerator / denominator)``."""
+    return -(-numerator // denominator)
+
+
+def cdiv_array(numerator: np.ndarray, denominator: int) -> np.ndarray:
+    """Element-wise ceiling division of a non-negative int64 array by a positive integer."""
+    return -(-numerator // denominator)
+
+
+def next_power_of_two(values: np.ndarray) -> np.ndarray:
+    """Smallest power of two ≥ each value (values ≥ 1), as int64; shape preserved.
+
+    Computed on integers (bit length), not with float ``log2``, so that exact powers of two
+    stay themselves even beyond 2**53.
+    """
+    values = np.asarray(values, dtype=np.int64)
+    if values.size and values.min() < 1:
+        raise ValueError(f"next_power_of_two needs values >= 1, got {values.min()}")
+    # bit_length(v - 1) is the exponent of the next power of two; frexp gives it exactly for
+    # integers below 2**53, far above any token count.
+    _, exponent = np.frexp((values - 1).astype(np.float64))
+    return np.left_shift(np.int64(1), exponent.astype(np.int64))
+
+
+def paged_slots(lengths: np.ndarray, block_size: int) -> np.ndarray:
+    """Token slots held by sequences of ``lengths`` tokens in blocks of ``block_size``: B·⌈L/B⌉."""
+    return cdiv_array(np.asarray(lengths, dtype=np.int64), block_size) * block_size
