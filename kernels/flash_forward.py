@@ -55,6 +55,11 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+try:  # host-side tensor descriptors (TMA): triton >= 3.3; the pointer path works without them
+    from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
+except ImportError:  # pragma: no cover - older triton
+    _TensorDescriptor = None
+
 __all__ = ["FlashConfig", "flash_attention_forward", "pick_config"]
 
 # log2(e): scores are scaled by sm_scale * LOG2E so the kernel can use exp2 (one MUFU op).
@@ -77,8 +82,9 @@ def _attn_fwd_inner(
     l_i,  # [BLOCK_M] float32 running denominator
     m_i,  # [BLOCK_M] float32 running max, in the log2-scaled domain
     q,  # [BLOCK_M, HEAD_DIM] query tile, loaded once by the caller
-    k_base,  # pointer to key 0 of this program's KV head
-    v_base,  # pointer to value 0 of this program's KV head
+    k_base,  # pointer to key 0 of this program's KV head (USE_TMA: K's tensor descriptor)
+    v_base,  # pointer to value 0 of this program's KV head (USE_TMA: V's tensor descriptor)
+    kv_row0,  # USE_TMA: row of key 0 of this KV head in the flattened [B*Hkv*N, D] view
     stride_kn,  # key-token stride (elements)
     stride_vn,  # value-token stride (elements)
     offs_m,  # [BLOCK_M] absolute query indices of this tile
@@ -91,17 +97,25 @@ def _attn_fwd_inner(
     BLOCK_N: tl.constexpr,
     MASK: tl.constexpr,  # 0: no mask (hot loop); 1: causal diagonal; 2: key tail (j < n_ctx)
     COMPUTE_F32: tl.constexpr,  # interpreter only: do the products in float32
+    USE_TMA: tl.constexpr,  # K/V tiles come through Hopper's bulk tensor copy (descriptors)
+    WARP_SPEC: tl.constexpr,  # let Triton split producer / consumer warps (where supported)
 ):
-    for start_n in tl.range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         offs_kn = start_n + offs_n
-        k_ptrs = k_base + offs_kn[:, None] * stride_kn + offs_d[None, :]
-        v_ptrs = v_base + offs_kn[:, None] * stride_vn + offs_d[None, :]
-        if MASK == 0:
+        if USE_TMA:
+            # Rows past n_ctx belong to the next head (or are zero-filled past the tensor's end);
+            # their scores are masked below and their V rows zeroed.
+            k = k_base.load([kv_row0 + start_n, 0])
+        elif MASK == 0:
             # Every key of these tiles exists: unmasked loads keep the hot loop lean.
-            k = tl.load(k_ptrs)
+            k = tl.load(k_base + offs_kn[:, None] * stride_kn + offs_d[None, :])
         else:
             # Keys past n_ctx may be garbage (even NaN) in a padded buffer: load zeros instead.
-            k = tl.load(k_ptrs, mask=offs_kn[:, None] < n_ctx, other=0.0)
+            k = tl.load(
+                k_base + offs_kn[:, None] * stride_kn + offs_d[None, :],
+                mask=offs_kn[:, None] < n_ctx,
+                other=0.0,
+            )
         if COMPUTE_F32:
             k = k.to(tl.float32)
         qk = tl.dot(q, tl.trans(k))  # [BLOCK_M, BLOCK_N] float32 raw scores
@@ -118,10 +132,19 @@ def _attn_fwd_inner(
         alpha = tl.math.exp2(m_i - m_ij)  # 1 where the max did not move
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
-        if MASK == 0:
-            v = tl.load(v_ptrs)
+        if USE_TMA:
+            v = v_base.load([kv_row0 + start_n, 0])
+            if MASK != 0:
+                # p is 0 there, but 0 * NaN would not be: zero the rows past the sequence.
+                v = tl.where(offs_kn[:, None] < n_ctx, v, 0.0)
+        elif MASK == 0:
+            v = tl.load(v_base + offs_kn[:, None] * stride_vn + offs_d[None, :])
         else:
-            v = tl.load(v_ptrs, mask=offs_kn[:, None] < n_ctx, other=0.0)
+            v = tl.load(
+                v_base + offs_kn[:, None] * stride_vn + offs_d[None, :],
+                mask=offs_kn[:, None] < n_ctx,
+                other=0.0,
+            )
         if COMPUTE_F32:
             v = v.to(tl.float32)
         # p goes to the tensor cores in the input dtype (bf16/fp16), accumulating in float32.
@@ -130,11 +153,12 @@ def _attn_fwd_inner(
     return acc, l_i, m_i
 
 
-@triton.jit
+# n_ctx is not specialised: one compiled kernel serves every length (tails are masked anyway).
+@triton.jit(do_not_specialize=["n_ctx"])
 def _attn_fwd_kernel(
-    Q,  # [B, Hq, N, D] queries
-    K,  # [B, Hkv, N, D] keys
-    V,  # [B, Hkv, N, D] values
+    Q,  # [B, Hq, N, D] queries (USE_TMA: descriptor of the contiguous [B*Hq*N, D] view)
+    K,  # [B, Hkv, N, D] keys (USE_TMA: descriptor of [B*Hkv*N, D])
+    V,  # [B, Hkv, N, D] values (USE_TMA: descriptor of [B*Hkv*N, D])
     Out,  # [B, Hq, N, D] output, q's dtype
     Lse,  # [B, Hq, N] float32 log-sum-exp (natural log), contiguous
     qk_scale,  # sm_scale * log2(e)
@@ -150,6 +174,8 @@ def _attn_fwd_kernel(
     BLOCK_N: tl.constexpr,  # keys per inner tile; divides BLOCK_M
     CAUSAL: tl.constexpr,
     COMPUTE_F32: tl.constexpr,  # interpreter only (bf16 tl.dot is wrong there)
+    USE_TMA: tl.constexpr,  # Q/K/V are tensor descriptors (contiguous inputs, Hopper+)
+    WARP_SPEC: tl.constexpr,  # warp-specialised inner loop (triton >= 3.4 where supported)
 ):
     num_m = tl.cdiv(n_ctx, BLOCK_M)
     if CAUSAL:
@@ -162,18 +188,26 @@ def _attn_fwd_kernel(
     off_h = off_bh % H_Q
     off_kvh = off_h // GROUP  # GQA: query heads h*GROUP..h*GROUP+GROUP-1 share KV head h
 
-    # 64-bit base offsets: B * H * N * D can exceed 2^31 elements at long contexts.
-    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_kvh.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_kvh.to(tl.int64) * stride_vh
-    o_base = Out + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
-
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
+    o_base = Out + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
 
-    q_ptrs = q_base + offs_m[:, None] * stride_qn + offs_d[None, :]
-    q = tl.load(q_ptrs, mask=offs_m[:, None] < n_ctx, other=0.0)
+    if USE_TMA:
+        # Row indices into the flattened [B*H*N, D] views (int32: fine below 2^31 rows).
+        kv_row0 = (off_b * (H_Q // GROUP) + off_kvh) * n_ctx
+        k_base = K
+        v_base = V
+        # Tail rows of the last block read the next head's queries: never stored.
+        q = Q.load([off_bh * n_ctx + start_m * BLOCK_M, 0])
+    else:
+        kv_row0 = 0
+        # 64-bit base offsets: B * H * N * D can exceed 2^31 elements at long contexts.
+        q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+        k_base = K + off_b.to(tl.int64) * stride_kb + off_kvh.to(tl.int64) * stride_kh
+        v_base = V + off_b.to(tl.int64) * stride_vb + off_kvh.to(tl.int64) * stride_vh
+        q_ptrs = q_base + offs_m[:, None] * stride_qn + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=offs_m[:, None] < n_ctx, other=0.0)
     if COMPUTE_F32:
         q = q.to(tl.float32)
 
@@ -184,25 +218,25 @@ def _attn_fwd_kernel(
     if CAUSAL:
         # Off-diagonal: keys [0, start_m*BLOCK_M) are all <= every query of this block.
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32,
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
         )
         # Diagonal: keys [start_m*BLOCK_M, (start_m+1)*BLOCK_M), masked.
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
             start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, n_ctx), n_ctx, qk_scale,
-            BLOCK_N, 1, COMPUTE_F32,
+            BLOCK_N, 1, COMPUTE_F32, USE_TMA, False,
         )
     else:
         n_full = (n_ctx // BLOCK_N) * BLOCK_N  # keys in whole tiles
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32,
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
         )
         # At most one partial tile left: mask the keys past n_ctx.
         acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32,
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32, USE_TMA, False,
         )
 
     acc = acc / l_i[:, None]
@@ -225,6 +259,11 @@ class FlashConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    # Load Q/K/V tiles with the bulk tensor copy engine (TMA) through host tensor descriptors.
+    # Needs contiguous inputs and triton.tools.tensor_descriptor; otherwise pointer loads.
+    use_tma: bool = False
+    # tl.range(..., warp_specialize=True) on the hot loop: producer/consumer warp split.
+    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -260,6 +299,13 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
         # Very short prompts: a 128-row tile would be mostly padding.
         return FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
     return cfg
+
+
+def _tma_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """TMA descriptors need this Triton's host TensorDescriptor, contiguous tensors and 16-B bases."""
+    if _TensorDescriptor is None:
+        return False
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
 
 
 def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -361,9 +407,17 @@ def flash_attention_forward(
     cfg = config if config is not None else pick_config(head_dim=d, causal=bool(causal), n_ctx=n)
     out = torch.empty((b, hq, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)
+    use_tma = cfg.use_tma and _tma_eligible(q, k, v)
+    if use_tma:
+        # 2-D descriptors over the contiguous [B*H*N, D] views; the kernel indexes rows.
+        q_arg = _TensorDescriptor(q, [b * hq * n, d], [d, 1], [cfg.block_m, d])
+        k_arg = _TensorDescriptor(k, [b * k.shape[1] * n, d], [d, 1], [cfg.block_n, d])
+        v_arg = _TensorDescriptor(v, [b * k.shape[1] * n, d], [d, 1], [cfg.block_n, d])
+    else:
+        q_arg, k_arg, v_arg = q, k, v
     grid = (triton.cdiv(n, cfg.block_m), b * hq)
     _attn_fwd_kernel[grid](
-        q, k, v, out, lse,
+        q_arg, k_arg, v_arg, out, lse,
         scale * LOG2E,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -376,6 +430,8 @@ def flash_attention_forward(
         BLOCK_N=cfg.block_n,
         CAUSAL=bool(causal),
         COMPUTE_F32=_interpreting(),
+        USE_TMA=use_tma,
+        WARP_SPEC=cfg.warp_specialize,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
