@@ -356,6 +356,8 @@ def _check_shapes(q, k_cache, v_cache, block_tables, seq_lens) -> None:
     devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
     if len(devices) != 1:
         raise ValueError(f"q, k_cache, v_cache, block_tables, seq_lens must share one device, got {devices}")
+    if not q.is_cuda and not interpreter_active():
+        raise ValueError(f"q is on {q.device}: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)")
 
 
 def _check_strides(q, k_cache, v_cache, block_tables, seq_lens) -> None:

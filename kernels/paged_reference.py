@@ -40,21 +40,22 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
 
 
 def gather_kv_padded(cache: torch.Tensor, block_tables: torch.Tensor, max_len: int) -> torch.Tensor:
-    """All sequences at once, padded to ``max_len`` (what "gather then SDPA" does on the GPU).
+    """All sequences at once, padded to ``max_len``: what "gather then SDPA" does on the GPU.
 
-    Table entries past a sequence's blocks must still index the pool (e.g. repeat a valid
-    block); the padded tokens are garbage that the caller masks or, with equal lengths, never has.
+    One advanced-indexing copy: ``out[b, h, t] = cache[block_tables[b, t // block_size], h,
+    t % block_size]``. Table entries up to ``cdiv(max_len, block_size)`` must index the pool;
+    tokens past a shorter sequence's end are garbage that the caller must mask.
 
     Returns
     -------
     Tensor [batch, n_kv_heads, max_len, head_dim]
     """
-    block_size = cache.shape[2]
-    nblk = -(-max_len // block_size)
-    pages = cache[block_tables[:, :nblk].long()]  # [batch, nblk, n_kv_heads, block_size, head_dim]
-    batch, _, heads, _, dim = pages.shape
-    tokens = pages.permute(0, 2, 1, 3, 4).reshape(batch, heads, nblk * block_size, dim)
-    return tokens[:, :, :max_len]
+    block_size, n_kv_heads = cache.shape[2], cache.shape[1]
+    pos = torch.arange(max_len, device=cache.device)
+    blocks = block_tables[:, pos // block_size].long()  # [batch, max_len]
+    heads = torch.arange(n_kv_heads, device=cache.device)
+    slots = pos % block_size
+    return cache[blocks[:, None, :], heads[None, :, None], slots[None, None, :]]
 
 
 def _dequant(x: torch.Tensor, scale: torch.Tensor | float | None) -> torch.Tensor:
