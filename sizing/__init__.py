@@ -1,0 +1,33 @@
+"""KV-cache sizer: pure Python (no streamlit), imported by the sizer page and ``python -m sizing``.
+
+API summary (all dataclasses frozen and keyword-only; bytes are ints unless noted; errors are
+:class:`~sizing.errors.SizingError` (a ``ValueError``) with ``.field`` naming the input)::
+
+    from sizing.report import SizingRequest, size_deployment
+    report = size_deployment(SizingRequest(model="llama-3.1-70b", kv_dtype="fp8", weight_dtype="fp8",
+                                           context=32_768, users=100, gpu="h100-sxm", tp=8))
+    report.per_token_bytes, report.kv_bytes_total, report.weights_bytes, report.gpus_needed
+    report.gpus.ratio / .count / .label ("15.9 → 16"), report.per_gpu_kv_bytes_per_token
+    report.plan (DeploymentPlan: .best TPOption, .options, .gpus, .nodes, .summary)
+    report.capacity (KvCapacity: blocks, tokens, max_concurrency), report.max_users, report.max_context
+    report.steps (FormulaStep: label, expression, value, unit, value_bytes, note, .text)
+    report.charts (ChartData: memory_vs_gpus MemoryChart; gpus_vs_context / gpus_vs_users CurveSeries)
+    report.table (TableRow) / .table_records() / .table_csv(); report.without_gqa (GqaComparison)
+    report.warnings (SizingWarning: code, field, message); report.handoff (Handoff); report.to_dict()
+
+Modules, one job each:
+
+* ``models``      ModelShape(layers, q_heads, kv_heads, head_dim, params, ...), AttentionKind
+* ``presets``     PRESET_IDS, presets(), get_preset(id) -> ModelPreset (.shape, .source), preset_shape(id)
+* ``hf_config``   parse_hf_config(bytes|str|dict, name=, params=) -> ModelShape; estimate_params(...) -> ParamEstimate
+* ``precisions``  PRECISION_NAMES, get_precision(name, group_size=128) -> Precision (.bytes_per_value Fraction)
+* ``gpus``        GPU_IDS, gpus(), get_gpu(id) -> GPU (.memory_bytes, memory_gb, bandwidth_tbs, bf16_tflops, source), custom_gpu(...)
+* ``kv``          KVCacheSpec(model, precision, tp, block_size); weights_bytes, usable_bytes, gpus_needed,
+                  kv_capacity, max_users, max_context, kv_budget_bytes, contiguous_fit, paged_fit, cdiv
+* ``plan``        plan_deployment(...) -> DeploymentPlan (power-of-two TP, replicas, nodes of 8)
+* ``units``       KiB..TiB, KB..TB, UnitSystem, format_bytes, to_unit, both ("1,000 GiB = 1,073.7 GB")
+* ``report``      SizingRequest, size_deployment -> SizingReport
+* ``cli``         ``python -m sizing`` (see ``--help``)
+
+Nothing here does work at import time.
+"""

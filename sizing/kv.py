@@ -1,0 +1,226 @@
+"""KV-cache and memory arithmetic: bytes per token, per user, in total; weights; usable memory;
+the reference page's GPU count; KV capacity of a budget in whole blocks.
+
+Byte counts are exact :class:`~fractions.Fraction` s inside (quantisation scales make bytes per
+value fractional) and are rounded up to whole bytes only where a result is reported. The
+single rounding helper for counts is :func:`cdiv`.
+
+per-token bytes = 2 × layers × KV heads × head dim × bytes per value   (MLA: layers × latent × bytes)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+
+from .errors import SizingError
+from .gpus import GPU
+from .models import ModelShape, check_int
+from .precisions import Precision
+
+DEFAULT_USABLE_FRACTION = 0.9  # the reference page's planning assumption: 90 % of HBM for weights + KV
+DEFAULT_BLOCK_SIZE = 16  # vLLM's default tokens per KV block
+
+
+def cdiv(a: int | Fraction, b: int | Fraction) -> int:
+    """Ceiling division, exact for ints and fractions."""
+    return math.ceil(Fraction(a) / Fraction(b))
+
+
+def exact(value: float | int | Fraction, field: str = "value") -> Fraction:
+    """A float as the exact decimal it was written as (0.9 → 9/10), so that ceilings are exact."""
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SizingError(field, f"must be a finite number, got {value!r}")
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCacheSpec:
+    """How one model's KV cache is stored: shape, precision, tensor parallelism, block size.
+
+    Properties give bytes for the whole model (all TP ranks' distinct heads) and per GPU.
+    """
+
+    model: ModelShape
+    precision: Precision
+    tp: int = 1
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    def __post_init__(self) -> None:
+        self.model.check_tp(self.tp)
+        check_int("block_size", self.block_size, high=1 << 20)
+
+    @property
+    def values_per_token(self) -> int:
+        """KV values per token, all layers (within any sliding window)."""
+        return self.model.values_per_token
+
+    @cached_property
+    def bytes_per_token(self) -> Fraction:
+        """Bytes per token for the whole model: values × bytes per value."""
+        return self.values_per_token * self.precision.bytes_per_value
+
+    @cached_property
+    def bytes_per_token_per_gpu(self) -> Fraction:
+        """Bytes per token on one TP rank (n_kv / TP heads, or one replicated head)."""
+        return self.model.layers * self.model.values_per_layer_per_token_per_gpu(self.tp) * self.precision.bytes_per_value
+
+    @property
+    def bytes_per_token_all_gpus(self) -> Fraction:
+        """Per-GPU bytes × TP: equals :attr:`bytes_per_token` until heads are replicated, then grows."""
+        return self.bytes_per_token_per_gpu * self.tp
+
+    def sequence_bytes(self, tokens: int) -> Fraction:
+        """Bytes of one sequence of ``tokens`` tokens, whole model (sliding windows capped)."""
+        return self.model.values_for_tokens(tokens) * self.precision.bytes_per_value
+
+    def sequence_bytes_per_gpu(self, tokens: int) -> Fraction:
+        return self.model.values_for_tokens_per_gpu(tokens, self.tp) * self.precision.bytes_per_value
+
+    def sequence_bytes_all_gpus(self, tokens: int) -> Fraction:
+        """One sequence over all TP ranks, replicated heads included."""
+        return self.sequence_bytes_per_gpu(tokens) * self.tp
+
+    def total_bytes(self, tokens: int, users: int) -> Fraction:
+        """All ``users`` sequences at ``tokens`` tokens, whole model."""
+        return users * self.sequence_bytes(tokens)
+
+    @property
+    def block_bytes(self) -> Fraction:
+        """One block of ``block_size`` tokens, whole model (vLLM's page size × TP)."""
+        return self.block_size * self.bytes_per_token
+
+    @property
+    def block_bytes_per_gpu(self) -> Fraction:
+        return self.block_size * self.bytes_per_token_per_gpu
+
+
+def weights_bytes(params: int, precision: Precision) -> int:
+    """Weight bytes: parameters × bytes per weight (scales included), rounded up."""
+    return math.ceil(params * precision.bytes_per_value)
+
+
+def usable_bytes(gpu: GPU, usable_fraction: float | Fraction = DEFAULT_USABLE_FRACTION) -> Fraction:
+    """Memory of one GPU available for weights + KV: vendor bytes × fraction (80 GB × 0.9 = 72 GB)."""
+    fraction = exact(usable_fraction, "usable_fraction")
+    if not 0 < fraction <= 1:
+        raise SizingError("usable_fraction", f"must be in (0, 1], got {float(fraction):g}")
+    return gpu.memory_bytes * fraction
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuCount:
+    """The reference page's count: total bytes ÷ usable bytes per GPU, and that rounded up."""
+
+    ratio: float  # unrounded, e.g. 15.88
+    count: int  # ceil(ratio), at least 1
+
+    @property
+    def label(self) -> str:
+        """``"15.9 → 16"``, as the reference table writes it."""
+        return f"{self.ratio:,.1f} → {self.count:,}"
+
+
+def gpus_needed(total_bytes: int | Fraction, usable_per_gpu: int | Fraction) -> GpuCount:
+    """GPUs to hold ``total_bytes`` when each offers ``usable_per_gpu`` (pooled, as the reference counts)."""
+    ratio = Fraction(total_bytes) / Fraction(usable_per_gpu)
+    return GpuCount(ratio=float(ratio), count=max(1, math.ceil(ratio)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class KvCapacity:
+    """What a KV budget holds, rounded to whole blocks as vLLM does: floor(budget / block bytes)."""
+
+    budget_bytes: int
+    block_bytes: Fraction  # whole model, replicated heads included
+    blocks: int
+    tokens: int  # blocks × block size
+    block_size: int
+    context: int
+    max_concurrency: float  # tokens ÷ context (vLLM's "maximum concurrency" for that context)
+
+    @property
+    def whole_requests(self) -> int:
+        """Requests of ``context`` tokens that fit, each taking whole blocks."""
+        return self.blocks // cdiv(self.context, self.block_size)
+
+
+def kv_capacity(spec: KVCacheSpec, budget_bytes: int | Fraction, context: int) -> KvCapacity:
+    """Tokens and blocks a KV budget (bytes, over all TP ranks) holds; negative budgets hold none.
+
+    Each rank gets budget / TP and fits floor(that / per-GPU block bytes) blocks, which is
+    floor(budget / (per-GPU block bytes × TP)).
+    """
+    check_int("context", context, high=1 << 40)
+    block = spec.block_bytes_per_gpu * spec.tp
+    blocks = max(0, math.floor(Fraction(budget_bytes) / block))
+    tokens = blocks * spec.block_size
+    return KvCapacity(
+        budget_bytes=math.floor(budget_bytes), block_bytes=block, blocks=blocks, tokens=tokens,
+        block_size=spec.block_size,
+        context=context, max_concurrency=tokens / context,
+    )
+
+
+def max_users(spec: KVCacheSpec, budget_bytes: int | Fraction, context: int) -> int:
+    """Most sequences of ``context`` tokens whose KV fits in ``budget_bytes`` (all TP ranks)."""
+    per_user = spec.sequence_bytes_all_gpus(context)
+    return max(0, math.floor(Fraction(budget_bytes) / per_user)) if per_user else 0
+
+
+def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, limit: int = 1 << 40) -> int | None:
+    """Longest context for ``users`` sequences within ``budget_bytes``; None when unbounded
+    (every layer slides, so the cache stops growing) up to ``limit`` tokens."""
+    check_int("users", users)
+    budget = Fraction(budget_bytes)
+    if users * spec.sequence_bytes_all_gpus(limit) <= budget:
+        return None
+    low, high = 0, limit  # invariant: low fits, high does not
+    while high - low > 1:
+        mid = (low + high) // 2
+        if users * spec.sequence_bytes_all_gpus(mid) <= budget:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def kv_budget_bytes(gpu: GPU, n_gpus: int, weights: int, usable_fraction: float | Fraction = DEFAULT_USABLE_FRACTION) -> Fraction:
+    """KV budget of ``n_gpus`` GPUs holding one copy of the weights: n × usable − weights
+    (8 × 72 GB − 70 GB = 506 GB). May be negative when the weights do not fit."""
+    check_int("n_gpus", n_gpus, high=1 << 20)
+    return n_gpus * usable_bytes(gpu, usable_fraction) - weights
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitEstimate:
+    """Requests that fit a KV budget under one allocation scheme (analytic, expected values)."""
+
+    bytes_per_request: Fraction
+    requests: int
+    utilisation: float  # share of allocated KV memory that holds real tokens
+
+
+def contiguous_fit(spec: KVCacheSpec, budget_bytes: int | Fraction, max_context: int, mean_tokens: int) -> FitEstimate:
+    """Contiguous allocation reserves ``max_context`` tokens per request."""
+    per_request = spec.sequence_bytes_all_gpus(max_context)
+    return FitEstimate(
+        bytes_per_request=per_request,
+        requests=max(0, math.floor(Fraction(budget_bytes) / per_request)),
+        utilisation=min(mean_tokens, max_context) / max_context,
+    )
+
+
+def paged_fit(spec: KVCacheSpec, budget_bytes: int | Fraction, mean_tokens: int) -> FitEstimate:
+    """Paged allocation: each request wastes about half a block on average (B/2 tokens)."""
+    tokens = Fraction(mean_tokens) + Fraction(spec.block_size, 2)
+    per_request = tokens * spec.bytes_per_token_all_gpus
+    return FitEstimate(
+        bytes_per_request=per_request,
+        requests=max(0, math.floor(Fraction(budget_bytes) / per_request)),
+        utilisation=float(mean_tokens / tokens),
+    )

@@ -1,0 +1,82 @@
+"""Number formats for the KV cache and for the weights, with bytes per value as exact fractions.
+
+Integer formats (int8, int4, int2) need a scale to map integers back to real values. Here each
+group of ``group_size`` consecutive values shares one fp16 scale (symmetric quantisation, as in
+group-wise schemes such as KIVI for KV and GPTQ/AWQ for weights), so the cost per value is
+``bits / 8 + 2 / group_size`` bytes. ``group_size=None`` drops the scales, as the reference page
+does when it quotes 4-bit KV as exactly a quarter of BF16 ("+ a little for scales").
+FP8 uses one scale per tensor (per layer), a few bytes in gigabytes: it is counted as zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import SizingError
+
+# Bytes of one scale: fp16, the usual storage type for group scales.
+SCALE_BYTES = 2
+# Group size used when none is given: 128 values per scale is the GPTQ/AWQ default and a
+# common KV-quantisation group (one scale per 128-wide head vector).
+DEFAULT_GROUP_SIZE = 128
+
+# name -> (bits per value, needs group scales)
+_FORMATS: dict[str, tuple[int, bool]] = {
+    "fp32": (32, False),
+    "bf16": (16, False),
+    "fp16": (16, False),
+    "fp8": (8, False),
+    "int8": (8, True),
+    "int4": (4, True),
+    "int2": (2, True),
+}
+PRECISION_NAMES: tuple[str, ...] = tuple(_FORMATS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Precision:
+    """A storage format. ``group_size`` is the number of values per fp16 scale (None: no scales)."""
+
+    name: str
+    bits: int
+    group_size: int | None = None
+
+    @property
+    def data_bytes_per_value(self) -> Fraction:
+        """Bytes of the value itself, without scales (2 for bf16, 1/2 for int4)."""
+        return Fraction(self.bits, 8)
+
+    @property
+    def scale_bytes_per_value(self) -> Fraction:
+        """Scale bytes amortised over a group (2/128 B for one fp16 scale per 128 values)."""
+        if self.group_size is None:
+            return Fraction(0)
+        return Fraction(SCALE_BYTES, self.group_size)
+
+    @property
+    def bytes_per_value(self) -> Fraction:
+        """Total bytes per stored value, exact: data plus amortised scales."""
+        return self.data_bytes_per_value + self.scale_bytes_per_value
+
+    @property
+    def label(self) -> str:
+        """Short display label: ``"BF16"``, ``"INT4 (g128)"``."""
+        base = self.name.upper()
+        return f"{base} (g{self.group_size})" if self.group_size else base
+
+
+def get_precision(name: str, *, group_size: int | None = DEFAULT_GROUP_SIZE, field: str = "precision") -> Precision:
+    """The :class:`Precision` called ``name``; ``group_size`` applies to integer formats only.
+
+    ``group_size`` None or 0 means no scale bytes. Errors name ``field`` (e.g. ``"kv_dtype"``).
+    """
+    if not isinstance(name, str) or name.lower() not in _FORMATS:
+        raise SizingError(field, f"unknown precision {name!r}; choose one of {', '.join(PRECISION_NAMES)}")
+    key = name.lower()
+    bits, scaled = _FORMATS[key]
+    if not scaled or not group_size:
+        return Precision(name=key, bits=bits, group_size=None)
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise SizingError(f"{field}_group_size", f"must be a positive integer, got {group_size!r}")
+    return Precision(name=key, bits=bits, group_size=group_size)
