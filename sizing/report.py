@@ -476,13 +476,13 @@ def _steps(spec: KVCacheSpec, inp: _Inputs, req: SizingRequest, weights: int, co
                              f"{_fmt(inp.gpu.memory_bytes, d)} × {float(inp.usable):g}", usable, d))
     steps.append(FormulaStep(
         label="GPUs needed (total ÷ usable, rounded up)",
-        expression=f"{_fmt(weights + kv_total, d)} ÷ {_fmt(usable, d)} = {count.ratio:,.1f} → {count.count:,}",
+        expression=f"⌈{_fmt(weights + kv_total, d)} ÷ {_fmt(usable, d)}⌉ = ⌈{count.ratio:,.1f}⌉",
         value=count.count, unit="GPUs"))
     tp = req.tp
     if tp > 1:
         heads = m.kv_heads_per_gpu(tp)
         if m.attention is AttentionKind.MLA:
-            expr = f"latent replicated on all {tp} ranks: {_fmt(spec.bytes_per_token)} per GPU"
+            expr = f"{_fmt(spec.bytes_per_token)} (the latent is replicated on all {tp} ranks, not split)"
         elif tp <= m.kv_heads:
             expr = f"{_fmt(spec.bytes_per_token)} ÷ {tp} ({heads} of {m.kv_heads} KV heads per GPU)"
         else:
