@@ -6,11 +6,20 @@ import json
 
 import pytest
 
+from kernels.bench_records import (
+    TARGET_SPECS,
+    BenchReport,
+    Ceilings,
+    Provenance,
+    Target,
+    write_bench_json,
+)
 from sizing.bandwidth_sources import (
     BenchJsonError,
     choose_estimate,
     datasheet_estimate,
     estimate_from_bench,
+    load_bench_json,
 )
 
 # A bench JSON as issue 4's contract fixes it: a ``targets`` list of {name, measured, required, met}.
@@ -65,6 +74,45 @@ def test_override_of_the_bandwidth_efficiency():
         datasheet_estimate().with_bandwidth_efficiency(0)
 
 
+def _write_valid_report(path, *, decode_tbps=4.2, matmul_tflops=672.0):
+    """A complete, schema-valid harness report (kernels.bench_records) with chosen figures."""
+    measured = {"decode_large_tbps": decode_tbps}
+    report = BenchReport(
+        schema="kv-cache-explorer.kernels.bench", schema_version=1,
+        provenance=Provenance(device="NVIDIA H200", sm_count=132, driver="", cuda="12.8",
+                              torch="2.11", triton="3.6.0", python="3.12", date="2025-01-01",
+                              command="python -m kernels.bench --json x"),
+        ceilings=Ceilings(copy_tbps=4.25, copy_buffer_bytes=2**30, matmul_tflops=matmul_tflops,
+                          matmul_n=8192),
+        targets=tuple(Target(name=spec.name, measured=measured.get(spec.name, 1.0),
+                             required=spec.required, met=True) for spec in TARGET_SPECS),
+    )
+    write_bench_json(report, path)
+    return path
+
+
+def test_validated_harness_json_gives_the_same_efficiencies(tmp_path):
+    data = load_bench_json(_write_valid_report(tmp_path / "run.json"))
+    estimate = estimate_from_bench(data, source="measured")
+    assert estimate.bandwidth_efficiency == pytest.approx(4.2 / 4.8)  # datasheet from the JSON
+    assert estimate.compute_efficiency == pytest.approx(672 / 989)
+    assert "NVIDIA H200" in estimate.label
+
+
+def test_decode_not_measured_falls_back_to_the_copy_ceiling(tmp_path):
+    data = load_bench_json(_write_valid_report(tmp_path / "run.json", decode_tbps=None))
+    estimate = estimate_from_bench(data, source="measured")
+    assert estimate.bandwidth_efficiency == pytest.approx(4.25 / 4.8)
+    assert "streaming copy" in estimate.label
+
+
+def test_invalid_harness_file_is_refused_with_the_loaders_reason(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(BenchJsonError, match="schema"):
+        load_bench_json(bad)
+
+
 def test_preference_order_falls_back_with_notes(tmp_path):
     empty = tmp_path / "none"
     estimate, notes = choose_estimate("measured", measured=None, results_dir=empty)
@@ -74,7 +122,7 @@ def test_preference_order_falls_back_with_notes(tmp_path):
 
     shipped = tmp_path / "results"
     shipped.mkdir()
-    (shipped / "h200.json").write_text(json.dumps(BENCH))
+    _write_valid_report(shipped / "h200.json")
     estimate, notes = choose_estimate("measured", measured=None, results_dir=shipped)
     assert estimate.source == "h200-results" and notes == ["no harness run on this GPU yet"]
 
