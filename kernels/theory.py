@@ -1,0 +1,267 @@
+"""The reference page's attention cost models: FlashAttention's HBM traffic, decode's KV read, rooflines.
+
+Pure arithmetic (no torch, no streamlit), so the live page can print the model next to a
+measurement and the tests can check every figure against the reference page's worked answer
+(problem 5: N = 8,192, d = 128, FP16, 32 heads, H100 3.35 TB/s and 989 TFLOP/s).
+
+Prefill, per head (sequence length N, head dim d, b bytes per value)::
+
+    N x N matrix        = N^2 b                       (S or P, if materialised)
+    standard traffic    = 4 N^2 b                     (write S, read S, write P, read P: only the
+                                                       N^2 terms, as the page counts them)
+    tiled traffic       = 4 N d b                     (read Q, K, V; write O; S and P stay on chip)
+    FLOPs               = 4 N^2 d                     (two matmuls, 2 FLOPs per multiply-add)
+
+    memory-bound time   = traffic / bandwidth;  compute-bound time = FLOPs / FLOP rate
+    predicted time      = max(memory-bound, compute-bound) (an idealised floor)
+
+Per layer multiplies by the query heads and the batch. The page counts the full N x N matrix
+whether or not the attention is causal (naive code materialises all of it and masks), and the
+full 4 N^2 d FLOPs; ``causal=True`` halves only the FLOPs, as a causal kernel skips the upper
+triangle (the harness's ``prefill_flops`` does the same).
+
+Decode (one query token per sequence against a cache of L tokens)::
+
+    KV bytes = 2 x batch x L x KV heads x d x b;  time = KV bytes / bandwidth
+    FLOPs    = 4 x batch x query heads x L x d;   intensity = FLOPs / KV bytes = 2 x group / b
+
+Units: bytes and FLOPs are plain counts; bandwidth in TB/s and rates in TFLOP/s are decimal
+(1e12), as datasheets quote them; times are returned in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernels.bench_records import decode_flops, decode_kv_bytes, prefill_flops
+
+__all__ = [
+    "Hardware", "H100_SXM", "H200_SXM", "PrefillModel", "DecodeModel", "RooflinePoint",
+    "prefill_model", "decode_model", "roofline_point", "attainable_tflops", "ridge_intensity",
+]
+
+TERA = 1e12
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """A GPU's two ceilings: HBM bandwidth (TB/s) and dense tensor-core rate (TFLOP/s)."""
+
+    name: str
+    hbm_tbps: float
+    tflops: float
+
+    def __post_init__(self) -> None:
+        if not (self.hbm_tbps > 0 and self.tflops > 0):
+            raise ValueError(f"{self.name}: bandwidth and FLOP rate must be > 0, got "
+                             f"{self.hbm_tbps} TB/s, {self.tflops} TFLOP/s")
+
+
+# Datasheet figures (dense, no sparsity): the reference page's H100 and this project's H200.
+H100_SXM = Hardware(name="H100 SXM (datasheet)", hbm_tbps=3.35, tflops=989.0)
+H200_SXM = Hardware(name="H200 SXM (datasheet)", hbm_tbps=4.8, tflops=989.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefillModel:
+    """FlashAttention traffic model of one prefill shape on one piece of hardware.
+
+    ``*_per_head`` fields are for one (sequence, query head); ``*_layer`` fields multiply by
+    ``n_heads x batch``. Times are seconds.
+    """
+
+    seq_len: int
+    head_dim: int
+    n_heads: int
+    batch: int
+    bytes_per_value: int
+    causal: bool
+    hardware: Hardware
+
+    @property
+    def heads_total(self) -> int:
+        return self.n_heads * self.batch
+
+    @property
+    def matrix_bytes_per_head(self) -> int:
+        """Bytes of one N x N matrix (S or P) in the input dtype."""
+        return self.seq_len * self.seq_len * self.bytes_per_value
+
+    @property
+    def matrix_bytes_layer(self) -> int:
+        """S materialised for every head of the layer (what naive attention must hold)."""
+        return self.matrix_bytes_per_head * self.heads_total
+
+    @property
+    def standard_traffic_per_head(self) -> int:
+        """Write S, read S, write P, read P: four passes over the N x N matrix."""
+        return 4 * self.matrix_bytes_per_head
+
+    @property
+    def tiled_traffic_per_head(self) -> int:
+        """Read Q, K, V and write O once each: four N x d matrices."""
+        return 4 * self.seq_len * self.head_dim * self.bytes_per_value
+
+    @property
+    def standard_traffic_layer(self) -> int:
+        return self.standard_traffic_per_head * self.heads_total
+
+    @property
+    def tiled_traffic_layer(self) -> int:
+        return self.tiled_traffic_per_head * self.heads_total
+
+    @property
+    def traffic_ratio(self) -> float:
+        """How many times less data the tiled kernel moves (N / d for this model)."""
+        return self.standard_traffic_per_head / self.tiled_traffic_per_head
+
+    @property
+    def flops_layer(self) -> int:
+        return prefill_flops(self.batch, self.seq_len, self.n_heads, self.head_dim, self.causal)
+
+    @property
+    def flops_per_head(self) -> float:
+        return self.flops_layer / self.heads_total
+
+    @property
+    def standard_memory_s_per_head(self) -> float:
+        return self.standard_traffic_per_head / (self.hardware.hbm_tbps * TERA)
+
+    @property
+    def standard_memory_s(self) -> float:
+        """Time to move S and P through HBM for the whole layer (the page's ~5.1 ms)."""
+        return self.standard_traffic_layer / (self.hardware.hbm_tbps * TERA)
+
+    @property
+    def tiled_memory_s_per_head(self) -> float:
+        return self.tiled_traffic_per_head / (self.hardware.hbm_tbps * TERA)
+
+    @property
+    def tiled_memory_s(self) -> float:
+        return self.tiled_traffic_layer / (self.hardware.hbm_tbps * TERA)
+
+    @property
+    def compute_s(self) -> float:
+        """Both matmuls at the full tensor-core rate (the page's ~1.1 ms)."""
+        return self.flops_layer / (self.hardware.tflops * TERA)
+
+    @property
+    def standard_s(self) -> float:
+        """Idealised floor of standard attention: the slower of its traffic and its matmuls."""
+        return max(self.standard_memory_s, self.compute_s)
+
+    @property
+    def tiled_s(self) -> float:
+        return max(self.tiled_memory_s, self.compute_s)
+
+    @property
+    def standard_bound(self) -> str:
+        return "memory" if self.standard_memory_s > self.compute_s else "compute"
+
+    @property
+    def tiled_bound(self) -> str:
+        return "memory" if self.tiled_memory_s > self.compute_s else "compute"
+
+    @property
+    def standard_intensity(self) -> float:
+        """FLOPs per byte of HBM traffic when S and P go through HBM."""
+        return self.flops_layer / self.standard_traffic_layer
+
+    @property
+    def tiled_intensity(self) -> float:
+        return self.flops_layer / self.tiled_traffic_layer
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeModel:
+    """Decode step model: read every cached K and V byte once at the HBM bandwidth."""
+
+    batch: int
+    context: int
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    bytes_per_value: int  # 2 for bf16/fp16, 1 for FP8 (scales are a few bytes per head, ignored)
+    hardware: Hardware
+
+    @property
+    def kv_bytes(self) -> int:
+        return decode_kv_bytes(self.batch, self.context, self.n_kv_heads, self.head_dim,
+                               self.bytes_per_value)
+
+    @property
+    def flops(self) -> int:
+        return decode_flops(self.batch, self.context, self.n_q_heads, self.head_dim)
+
+    @property
+    def memory_s(self) -> float:
+        return self.kv_bytes / (self.hardware.hbm_tbps * TERA)
+
+    @property
+    def compute_s(self) -> float:
+        return self.flops / (self.hardware.tflops * TERA)
+
+    @property
+    def predicted_s(self) -> float:
+        return max(self.memory_s, self.compute_s)
+
+    @property
+    def intensity(self) -> float:
+        """FLOPs per KV byte: 2 x GQA group / bytes per value (1 for MHA in bf16)."""
+        return self.flops / self.kv_bytes
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Decode steps per second times the batch, if the step ran at the bandwidth."""
+        return self.batch / self.predicted_s
+
+
+def _check_positive(**values: float) -> None:
+    for name, value in values.items():
+        if not (isinstance(value, (int, float)) and value > 0):
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+
+
+def prefill_model(*, seq_len: int, head_dim: int, n_heads: int, bytes_per_value: int,
+                  hardware: Hardware, batch: int = 1, causal: bool = False) -> PrefillModel:
+    """The FlashAttention traffic model of ``batch`` sequences of ``seq_len`` tokens, one layer."""
+    _check_positive(seq_len=seq_len, head_dim=head_dim, n_heads=n_heads,
+                    bytes_per_value=bytes_per_value, batch=batch)
+    return PrefillModel(seq_len=seq_len, head_dim=head_dim, n_heads=n_heads, batch=batch,
+                        bytes_per_value=bytes_per_value, causal=causal, hardware=hardware)
+
+
+def decode_model(*, batch: int, context: int, n_q_heads: int, n_kv_heads: int, head_dim: int,
+                 bytes_per_value: int, hardware: Hardware) -> DecodeModel:
+    """The decode model (KV bytes / bandwidth) of one step at ``batch`` x ``context`` tokens."""
+    _check_positive(batch=batch, context=context, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+                    head_dim=head_dim, bytes_per_value=bytes_per_value)
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"n_q_heads={n_q_heads} is not a multiple of n_kv_heads={n_kv_heads}")
+    return DecodeModel(batch=batch, context=context, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads,
+                       head_dim=head_dim, bytes_per_value=bytes_per_value, hardware=hardware)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflinePoint:
+    """One measured contender on the roofline: x = FLOPs per HBM byte, y = achieved TFLOP/s."""
+
+    label: str
+    intensity: float  # FLOP / byte
+    tflops: float  # achieved
+
+
+def roofline_point(label: str, *, flops: float, hbm_bytes: float, seconds: float) -> RooflinePoint:
+    """Place a measurement: its model FLOPs and HBM bytes over its measured time."""
+    _check_positive(flops=flops, hbm_bytes=hbm_bytes, seconds=seconds)
+    return RooflinePoint(label=label, intensity=flops / hbm_bytes, tflops=flops / seconds / TERA)
+
+
+def attainable_tflops(intensity: float, *, hbm_tbps: float, tflops: float) -> float:
+    """The roofline: min(peak rate, intensity x bandwidth), TFLOP/s (TB/s x FLOP/B = TFLOP/s)."""
+    return min(tflops, intensity * hbm_tbps)
+
+
+def ridge_intensity(*, hbm_tbps: float, tflops: float) -> float:
+    """FLOP/byte where the bandwidth roof meets the compute roof (≈ 295 for an H100)."""
+    return tflops / hbm_tbps
