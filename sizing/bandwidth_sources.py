@@ -203,11 +203,15 @@ def choose_estimate(
             if not paths:
                 notes.append("no shipped H200 results in benchmarks/results/")
                 continue
-            try:
-                return estimate_from_bench(load_bench_json(paths[-1]), source="h200-results"), notes
-            except BenchJsonError as exc:
-                notes.append(f"shipped H200 results unusable: {exc}")
-                continue
+            # The folder also holds other runs (kernel tuning logs): use the last file, by name,
+            # that is a valid harness report.
+            for path in reversed(paths):
+                try:
+                    data = load_bench_json(path)
+                    return estimate_from_bench(data, source="h200-results"), notes
+                except BenchJsonError:
+                    continue
+            notes.append(f"no harness report among the {len(paths)} file(s) in benchmarks/results/")
     return datasheet_estimate(), notes
 
 

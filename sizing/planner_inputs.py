@@ -7,14 +7,25 @@ its tests on hand calculations), while this module follows the other libraries' 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
+from sizing.bandwidth_sources import BandwidthEstimate, choose_estimate
 from sizing.gpus import GPU
 from sizing.kv import KVCacheSpec, weights_bytes
 from sizing.models import ModelShape
-from sizing.planner import AllocatorFit, GpuSpec, ModelCost
+from sizing.planner import (
+    AllocatorFit,
+    CapacityPlan,
+    GpuSpec,
+    ModelCost,
+    kv_budget_bytes_per_gpu,
+    plan_capacity,
+)
 from sizing.precisions import Precision
 from sizing.units import TB
 
@@ -135,3 +146,128 @@ def _attention_flops(shape: ModelShape, tp: int) -> float:
     else:
         per_head = ATTENTION_FLOPS_PER_HEAD_DIM * shape.head_dim
     return shape.layers * heads_per_gpu * per_head
+
+
+# ---------------------------------------------------------------------------------------------
+# One request in, one plan out: what the page and ``python -m sizing plan`` both call
+# ---------------------------------------------------------------------------------------------
+
+TrafficKind = Literal["fixed", "lognormal", "preset", "trace"]
+# Requests drawn for a synthetic workload: enough that the admitted prefix's mean length is
+# within ~1 % of the distribution's for the sigmas offered (the snapshot reuses the sample).
+DEFAULT_SAMPLE_REQUESTS = 20_000
+DEFAULT_MAX_CONTEXT = 32_768  # the reference page's maximum context (and the sizer's default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrafficSpec:
+    """The length distribution or trace of the requests (tokens), hashable for caching.
+
+    ``fixed``: every request holds ``length`` tokens. ``lognormal``: total tokens log-normal with
+    arithmetic ``mean`` and log-space ``sigma``, ``prompt_fraction`` of each being prompt.
+    ``preset``: a simulator preset by name (ShareGPT, Alpaca, ...). ``trace``: a CSV at
+    ``trace_path`` or the uploaded ``trace_bytes``.
+    """
+
+    kind: TrafficKind = "fixed"
+    length: int = 2048
+    mean: float = 2048.0
+    sigma: float = 0.8
+    prompt_fraction: float = 0.5
+    preset: str = "ShareGPT"
+    trace_path: str | None = None
+    trace_bytes: bytes | None = None
+    trace_name: str = "uploaded trace"
+    n_requests: int = DEFAULT_SAMPLE_REQUESTS
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """Everything a capacity plan depends on, as plain values (the page's widgets, the CLI's flags)."""
+
+    model: ModelShape
+    kv_precision: Precision
+    weight_precision: Precision
+    gpu: GPU
+    tp: int = 1
+    usable_fraction: float = 0.9
+    traffic: TrafficSpec = TrafficSpec()
+    max_context: int = DEFAULT_MAX_CONTEXT
+    block_size: int = 16
+    policy: str = "max"
+    bandwidth_source: str = "measured"  # the most preferred source; falls back down the list
+    efficiency: float | None = None  # overrides the source's bandwidth efficiency
+    tpot_target_s: float | None = None
+    ttft_target_s: float | None = None
+    arrival_rate_per_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOutcome:
+    """A capacity plan with what it was computed from and the notes on skipped sources."""
+
+    plan: CapacityPlan
+    fits: TrafficFits
+    estimate: BandwidthEstimate
+    source_notes: tuple[str, ...]
+    traffic_label: str
+
+
+def build_workload(spec: TrafficSpec):
+    """The simulator's ``Workload`` for ``spec`` (seeded: the same spec gives the same requests)."""
+    from simulation.traces import load_trace_csv
+    from simulation.workloads import LogNormal, TotalLengthSpec, preset
+
+    rng = np.random.default_rng(spec.seed)
+    if spec.kind == "fixed":
+        return fixed_context_workload(spec.length)
+    if spec.kind == "lognormal":
+        return TotalLengthSpec(lengths=LogNormal(mean=spec.mean, sigma=spec.sigma),
+                               prompt_fraction=spec.prompt_fraction).generate(spec.n_requests, rng)
+    if spec.kind == "preset":
+        return preset(spec.preset).spec.generate(spec.n_requests, rng)
+    if spec.kind == "trace":
+        if spec.trace_bytes is not None:
+            return load_trace_csv(spec.trace_bytes, name=spec.trace_name)
+        if spec.trace_path is None:
+            raise ValueError("trace: give a trace file")
+        return load_trace_csv(spec.trace_path)
+    raise ValueError(f"traffic kind must be fixed, lognormal, preset or trace, got {spec.kind!r}")
+
+
+def run_plan(request: PlanRequest, *, measured: Mapping[str, Any] | None = None,
+             measured_gpu: GPU | None = None, results_dir: Path | None = None) -> PlanOutcome:
+    """The capacity plan for ``request``: sizing → simulator fits → planner.
+
+    ``measured`` is a harness JSON (as ``bandwidth_sources.load_bench_json`` returns it) from a
+    run on ``measured_gpu`` (default: the device the JSON names, via its own datasheet figures).
+    """
+    workload = build_workload(request.traffic)
+    fits_context = int(min(np.mean(workload.total_tokens), request.max_context)) or 1
+    cost = model_cost(request.model, kv_precision=request.kv_precision,
+                      weight_precision=request.weight_precision, tp=request.tp,
+                      context=fits_context)
+    gpu = gpu_spec(request.gpu)
+    kwargs: dict[str, Any] = {} if results_dir is None else {"results_dir": results_dir}
+    estimate, notes = choose_estimate(
+        request.bandwidth_source, measured=measured,
+        measured_datasheet_tbps=None if measured_gpu is None else measured_gpu.bandwidth_tbs,
+        measured_datasheet_tflops=None if measured_gpu is None else measured_gpu.bf16_tflops,
+        **kwargs)
+    if request.efficiency is not None:
+        estimate = estimate.with_bandwidth_efficiency(request.efficiency)
+    budget = kv_budget_bytes_per_gpu(cost, gpu, request.usable_fraction)
+    fits = allocator_fits(workload, budget_bytes=budget,
+                          kv_bytes_per_token_per_gpu=cost.kv_bytes_per_token_per_gpu,
+                          max_context=request.max_context, block_size=request.block_size,
+                          policy=request.policy)
+    plan = plan_capacity(cost, gpu, estimate, contiguous=fits.contiguous, paged=fits.paged,
+                         context=fits.mean_tokens, usable_fraction=request.usable_fraction,
+                         prompt_tokens=fits.mean_prompt_tokens,
+                         tpot_target_s=request.tpot_target_s,
+                         ttft_target_s=request.ttft_target_s,
+                         arrival_rate_per_s=request.arrival_rate_per_s,
+                         mean_output_tokens=fits.mean_output_tokens)
+    return PlanOutcome(plan=plan, fits=fits, estimate=estimate, source_notes=tuple(notes),
+                       traffic_label=workload.source)

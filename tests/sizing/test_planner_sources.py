@@ -134,7 +134,13 @@ def test_preference_order_falls_back_with_notes(tmp_path):
     assert estimate.source == "datasheet"
 
 
-def test_a_broken_shipped_file_falls_back_to_the_datasheet(tmp_path):
+def test_files_that_are_not_harness_reports_are_skipped(tmp_path):
     (tmp_path / "h200.json").write_text("not json")
+    (tmp_path / "prefill-tune.json").write_text(json.dumps({"device": "NVIDIA H200", "tune": []}))
     estimate, notes = choose_estimate("h200-results", results_dir=tmp_path)
-    assert estimate.source == "datasheet" and "unusable" in notes[0]
+    assert estimate.source == "datasheet"
+    assert notes == ["no harness report among the 2 file(s) in benchmarks/results/"]
+    # a valid report next to the others is found whatever its name
+    _write_valid_report(tmp_path / "a-first.json")
+    estimate, _ = choose_estimate("h200-results", results_dir=tmp_path)
+    assert estimate.source == "h200-results"
