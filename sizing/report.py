@@ -517,7 +517,8 @@ def _charts(inp: _Inputs, req: SizingRequest, weights: int, usable: Fraction, co
     spec = KVCacheSpec(model=m, precision=inp.kv)
     kv_total = req.users * spec.sequence_bytes(req.context)
     top = max(8, math.ceil(count.count * 1.25) + 1)
-    counts = _thin(list(range(1, top + 1)))
+    # Evenly spaced counts from 1 to ``top`` without building the whole range (top may be 10**6).
+    counts = _thin([1 + (top - 1) * i // (_CHART_MAX_POINTS - 1) for i in range(_CHART_MAX_POINTS)] + [count.count])
     memory = MemoryChart(
         gpu_counts=counts, weights_bytes=weights, kv_bytes=math.ceil(kv_total),
         total_memory_bytes=tuple(n * inp.gpu.memory_bytes for n in counts),
