@@ -1,0 +1,98 @@
+"""`python -m simulation`: the contract's options, JSON fields, and one-line errors with exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.simulation._paths import ROOT, trace
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulation", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_snapshot_json_reproduces_problem_4():
+    done = run_cli("snapshot", "--json", "--dist", "uniform", "--low", "1024", "--high", "3072",
+                   "--max-context", "32768", "--block-size", "16", "--kv-budget-gib", "471.25",
+                   "--per-token-bytes", str(160 * 1024), "--policy", "max", "--n", "50000", "--seed", "1")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for key in ("contiguous_fit", "paged_fit", "contiguous_utilisation", "paged_utilisation",
+                "paged_waste_tokens_mean"):
+        assert key in report
+    assert report["contiguous_fit"] == 94
+    assert report["paged_fit"] == pytest.approx(1500, rel=0.025)
+    assert report["paged_utilisation"] == pytest.approx(0.996, abs=0.001)
+    assert report["paged_waste_tokens_mean"] == pytest.approx(7.5, abs=1.0)
+
+
+def test_snapshot_fixed_and_lognormal_and_trace():
+    fixed = json.loads(run_cli("snapshot", "--json", "--dist", "fixed", "--length", "2048",
+                               "--kv-budget-tokens", "15728", "--max-context", "2048").stdout)
+    assert fixed["contiguous_fit"] == 7 and fixed["paged_fit"] == 7  # 15,728 // 2,048
+    lognormal = run_cli("snapshot", "--json", "--mean", "500", "--sigma", "1", "--kv-budget-tokens", "100000",
+                        "--max-context", "4096", "--policy", "pow2")
+    assert json.loads(lognormal.stdout)["policy"] == "pow2"
+    traced = json.loads(run_cli("snapshot", "--json", "--trace", str(trace("splitwise_code.csv")),
+                                "--kv-budget-tokens", "1000000", "--max-context", "8192").stdout)
+    assert traced["requests"] == 8819
+
+
+def test_timeline_json_on_a_trace_and_on_poisson():
+    done = run_cli("timeline", "--json", "--trace", str(trace("splitwise_code.csv")), "--n", "2000",
+                   "--kv-budget-tokens", "60000", "--block-size", "16", "--allocator", "paged",
+                   "--preempt", "swap")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for key in ("completed", "mean_batch_size", "token_state_fraction", "preemptions", "mean_wait_s"):
+        assert key in report
+    assert report["completed"] == 2000
+    poisson = json.loads(run_cli("timeline", "--json", "--dist", "uniform", "--low", "100", "--high", "900",
+                                 "--rate", "5", "--n", "300", "--kv-budget-tokens", "20000",
+                                 "--allocator", "contiguous-max", "--max-context", "1024").stdout)
+    assert poisson["completed"] == 300 and poisson["preemptions"] == 0
+
+
+def test_table_output_without_json():
+    done = run_cli("snapshot", "--dist", "fixed", "--length", "100", "--kv-budget-tokens", "1000")
+    assert done.returncode == 0
+    assert "paged_fit" in done.stdout and "{" not in done.stdout
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["snapshot", "--n", "0"], "--n"),
+    (["snapshot", "--n", "many"], "--n"),
+    (["snapshot", "--policy", "greedy"], "--policy"),
+    (["snapshot", "--dist", "uniform", "--low", "10"], "--high"),
+    (["snapshot", "--dist", "uniform", "--low", "10", "--high", "5"], "--high"),
+    (["snapshot", "--dist", "fixed"], "--length"),
+    (["snapshot", "--dist", "fixed", "--length", "5", "--mean", "3"], "--mean"),
+    (["snapshot", "--kv-budget-gib", "10"], "--per-token-bytes"),
+    (["snapshot", "--kv-budget-tokens", "-5"], "--kv-budget-tokens"),
+    (["snapshot", "--max-context", "1"], "--max-context"),
+    (["snapshot", "--progress", "1.5"], "--progress"),
+    (["snapshot", "--trace", "/no/such.csv"], "--trace"),
+    (["timeline", "--dist", "fixed", "--length", "100"], "--rate"),
+    (["timeline", "--rate", "-1"], "--rate"),
+    (["timeline", "--allocator", "slab"], "--allocator"),
+    (["timeline", "--preempt", "never"], "--preempt"),
+    (["snapshot", "--sigma", "nan"], "--sigma"),
+])
+def test_bad_arguments_exit_2_with_one_line(args, argument):
+    done = run_cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert argument in lines[0]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+
+
+def test_bad_trace_content_names_row_and_column(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,-4,5\n")
+    done = run_cli("snapshot", "--trace", str(bad))
+    assert done.returncode == 2
+    assert "--trace" in done.stderr and "row 2, column num_prefill_tokens" in done.stderr
