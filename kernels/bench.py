@@ -423,15 +423,15 @@ def _bench_contiguous(shape, q, k, v, tables, rot, contenders, err_of, m_args, s
             run = lambda: naive(q4[(i := rot.next())], kc[i], vc[i])  # noqa: E731
             out.append(_measure(c, run, work=kv_bytes, check=lambda: err_of(naive(q4[0], kc[0], vc[0])), **m_args))
             continue
-        ctx = _sdpa_ctx(SDPA_BACKENDS[c])
+        backend = SDPA_BACKENDS[c]
 
-        def run(ctx=ctx) -> torch.Tensor:
+        def run(backend=backend) -> torch.Tensor:
             i = rot.next()
-            with ctx:
+            with _sdpa_ctx(backend):  # a fresh context each call: sdpa_kernel is single-use
                 return F.scaled_dot_product_attention(q4[i], kc[i], vc[i], enable_gqa=True)
 
-        def check(ctx=ctx) -> tuple[float, str]:
-            with ctx:
+        def check(backend=backend) -> tuple[float, str]:
+            with _sdpa_ctx(backend):
                 return err_of(F.scaled_dot_product_attention(q4[0], kc[0], vc[0], enable_gqa=True))
 
         out.append(_measure(c, run, work=kv_bytes, check=check, **m_args))
@@ -494,10 +494,8 @@ def bench_prefill_shape(shape: PrefillShape, ceilings: Ceilings, *, config: Swee
                     continue
                 run = lambda: naive(q, k, v, causal=shape.causal)  # noqa: E731
             else:
-                ctx = _sdpa_ctx(SDPA_BACKENDS[c])
-
-                def run(ctx=ctx) -> torch.Tensor:
-                    with ctx:
+                def run(backend=SDPA_BACKENDS[c]) -> torch.Tensor:
+                    with _sdpa_ctx(backend):  # a fresh context each call: sdpa_kernel is single-use
                         return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
                                                               enable_gqa=hq != hkv)
             results.append(_measure(c, run, work=flops, check=lambda run=run: err_of(run()), **m_args))

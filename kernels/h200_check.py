@@ -147,15 +147,108 @@ def tune() -> list[dict]:
     return rows
 
 
+def _pool(b, L, hkv, d=128, bs=16):
+    nblk = L // bs
+    k = torch.randn(b * nblk, hkv, bs, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+    bt = torch.randperm(b * nblk, device="cuda").to(torch.int32).reshape(b, nblk)
+    lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+    return k, v, bt, lens
+
+
+def tune2() -> list[dict]:
+    """Round 2: small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from kernels.paged_decode import _merge_splits_kernel
+    import triton
+
+    rows = []
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for b, L, hq, hkv in [(1, 32768, 32, 8), (1, 32768, 64, 8), (1, 131072, 32, 8), (8, 32768, 32, 8)]:
+        k, v, bt, lens = _pool(b, L, hkv)
+        q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
+        kvb = decode_kv_bytes(b, L, hkv, 128, 2)
+        kc, vc = gather_kv_padded(k, bt, L), gather_kv_padded(v, bt, L)
+        with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+            cud = _bench(lambda: F.scaled_dot_product_attention(q.unsqueeze(2), kc, vc, enable_gqa=True))
+        del kc, vc
+        label = f"B={b} L={L} H={hq}/{hkv}"
+        print(f"\n{label}: cudnn {cud:.4f} ms = {tbps(kvb, cud):.2f} TB/s", flush=True)
+        res = []
+        for n in (16, 32, 64):
+            for w in (2, 4):
+                for st in (2, 3, 4):
+                    cfg = DecodeConfig(block_n=n, num_warps=w, num_stages=st)
+                    for sp in (33, 66, 99, 128) if b == 1 else (4, 8, 16):
+                        ms = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, config=cfg,
+                                                                   num_splits=sp, validate=False))
+                        res.append((ms, n, w, st, sp))
+        res.sort()
+        for ms, n, w, st, sp in res[:6]:
+            print(f"  n={n} w={w} s={st} splits={sp}: {ms:.4f} ms {tbps(kvb, ms):.2f} TB/s "
+                  f"{cud / ms:.3f}x cudnn", flush=True)
+            rows.append(dict(shape=label, block_n=n, warps=w, stages=st, splits=sp, ms=ms, cudnn_ms=cud))
+        ms, n, w, st, sp = res[0]
+        po = torch.randn(b, hq, sp, 128, device="cuda")
+        pl = torch.randn(b, hq, sp, device="cuda")
+        o = torch.empty(b, hq, 128, device="cuda", dtype=torch.bfloat16)
+        merge = _bench(lambda: _merge_splits_kernel[(b, hq)](
+            po, pl, o, sp, po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
+            o.stride(0), o.stride(1), SPLITS_PAD=triton.next_power_of_2(sp), HEAD_DIM=128, num_warps=4))
+        print(f"  merge kernel alone at splits={sp}: {merge:.4f} ms", flush=True)
+        rows.append(dict(shape=label, merge_ms=merge, splits=sp))
+        del k, v
+        torch.cuda.empty_cache()
+    for b, L, hq, hkv in [(8, 32768, 32, 8), (32, 16384, 64, 8), (128, 32768, 32, 8), (1, 32768, 32, 8)]:
+        k, v, bt, lens = _pool(b, L, hkv)
+        q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
+        ks = (k.abs().amax(dim=(0, 2, 3)).float() / 448)
+        vs = (v.abs().amax(dim=(0, 2, 3)).float() / 448)
+        k8 = torch.empty(k.shape, dtype=torch.float8_e4m3fn, device="cuda")
+        v8 = torch.empty_like(k8)
+        for h in range(hkv):
+            k8[:, h] = (k[:, h].float() / ks[h]).to(torch.float8_e4m3fn)
+            v8[:, h] = (v[:, h].float() / vs[h]).to(torch.float8_e4m3fn)
+        bf = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, validate=False))
+        label = f"B={b} L={L} H={hq}/{hkv}"
+        print(f"\nfp8 {label}: bf16 default {bf:.4f} ms", flush=True)
+        res = []
+        for n in (64, 128, 256):
+            for w in (4, 8):
+                for st in (2, 3, 4):
+                    cfg = DecodeConfig(block_n=n, num_warps=w, num_stages=st)
+                    sps = sorted({default_num_splits(b, hkv, L, n, sms), 1 if b > 8 else 66})
+                    for sp in sps:
+                        try:
+                            ms = _bench(lambda: paged_decode_attention(
+                                q, k8, v8, bt, lens, k_scale=ks, v_scale=vs, config=cfg, num_splits=sp,
+                                validate=False))
+                        except Exception as exc:  # noqa: BLE001
+                            print(f"  n={n} w={w} s={st}: {type(exc).__name__}")
+                            continue
+                        res.append((ms, n, w, st, sp))
+        res.sort()
+        for ms, n, w, st, sp in res[:5]:
+            print(f"  fp8 n={n} w={w} s={st} splits={sp}: {ms:.4f} ms -> {bf / ms:.2f}x bf16", flush=True)
+            rows.append(dict(shape=label, fp8=True, block_n=n, warps=w, stages=st, splits=sp, ms=ms, bf16_ms=bf))
+        del k, v, k8, v8
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=".")
     p.add_argument("--tune", action="store_true")
+    p.add_argument("--tune2", action="store_true")
     args = p.parse_args()
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     res = {"correctness": correctness()}
     if args.tune:
         res["tune"] = tune()
+    if args.tune2:
+        res["tune2"] = tune2()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "decode_check.json").write_text(json.dumps(res, indent=1))
 

@@ -221,6 +221,8 @@ def build_paged_cache(
     if width < max(need):
         raise ValueError(f"max_blocks_per_seq={width} is below the {max(need)} blocks the longest sequence needs")
     num_blocks = sum(need) + spare_blocks
+    if shuffle and generator is None:
+        raise ValueError("shuffle=True needs a torch.Generator (the RNG is injected, never global)")
     if generator is None:
         generator = torch.Generator().manual_seed(0)
     shape = (num_blocks, n_kv_heads, block_size, head_dim)

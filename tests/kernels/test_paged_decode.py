@@ -1,0 +1,283 @@
+"""Paged decode attention against the float32 paged reference.
+
+CPU (CI): the kernel runs under TRITON_INTERPRET=1 (set by tests/conftest.py and by
+kernels.runtime) on tiny shapes: tail lengths 1/17/97, partial last blocks, shuffled tables,
+GQA ratios 1/4/8, block sizes 1/16/32/64, NaN in every unused slot, split-KV, FP8, fp16.
+GPU (marked ``gpu``): the same checks at real sizes; skipped only when torch.cuda is unavailable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
+from kernels.paged_decode import DecodeConfig, default_num_splits, paged_decode_attention
+from kernels.paged_reference import paged_attention_reference
+
+ON_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if ON_GPU else "cpu"
+
+# Max abs error against the float32 reference, |out| <= ~3 (softmax-weighted N(0,1) values).
+# One table, with the reason for each entry:
+TOLERANCE = {
+    # bf16 keeps 8 significant bits: the output cast alone is 2^-8 relative (~1e-2 at |out| ~ 3),
+    # and on the GPU P is rounded to bf16 before the P.V tensor-core dot.
+    "bf16": 2e-2,
+    # fp16 keeps 11 bits: ~8x tighter than bf16 for the same two roundings.
+    "fp16": 4e-3,
+    # FP8 against the reference on the *dequantised* stored values: quantisation error is not
+    # counted; what remains is the query/P roundings to bf16 (as for bf16) and the scale products.
+    "fp8": 3e-2,
+}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _case(lens, *, block_size=16, hq=4, hkv=2, d=64, dtype="bf16", seed=0, shuffle=True, spare=3):
+    g = _gen(seed)
+    cache = build_paged_cache(lens, block_size=block_size, n_kv_heads=hkv, head_dim=d, dtype=DTYPES[dtype],
+                              device=DEVICE, shuffle=shuffle, generator=g, spare_blocks=spare,
+                              poison_unused=True)
+    q = torch.randn(len(lens), hq, d, generator=g, device=DEVICE).to(DTYPES[dtype])
+    return q, cache
+
+
+def _run(q, c, **kw):
+    return paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens,
+                                  k_scale=c.k_scale, v_scale=c.v_scale, **kw)
+
+
+def _ref(q, c, **kw):
+    return paged_attention_reference(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens,
+                                     k_scale=c.k_scale, v_scale=c.v_scale, **kw)
+
+
+def _assert_close(out, ref, tol):
+    assert out.shape == ref.shape
+    assert torch.isfinite(out).all(), "NaN/inf reached the output"
+    err = (out.float() - ref).abs().max().item()
+    assert err <= tol, f"max abs error {err:.3e} > {tol:.1e}"
+
+
+# --------------------------------------------------------------------------------------------
+# Interpreter (CPU) or GPU: small shapes
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lens", [[1], [17], [97], [1, 17, 97]])
+@pytest.mark.parametrize("hq,hkv", [(2, 2), (8, 2), (8, 1)])  # GQA ratios 1, 4, 8
+def test_lengths_and_gqa_ratios(lens, hq, hkv):
+    q, c = _case(lens, hq=hq, hkv=hkv)
+    _assert_close(_run(q, c), _ref(q, c), TOLERANCE["bf16"])
+
+
+@pytest.mark.parametrize("splits", [1, 2, 3, 16])  # 16 > tiles: empty splits must weigh nothing
+def test_split_kv_matches_reference(splits):
+    q, c = _case([97, 40, 1], hq=8, hkv=2)
+    _assert_close(_run(q, c, num_splits=splits, config=DecodeConfig(block_n=16)), _ref(q, c),
+                  TOLERANCE["bf16"])
+
+
+def test_block_size_invariance():
+    """The same logical K/V paged with block sizes 1, 16, 32, 64 gives the same output."""
+    g = _gen(3)
+    lens = [97, 33]
+    k = torch.randn(2, 2, 97, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    v = torch.randn(2, 2, 97, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    q = torch.randn(2, 8, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    outs = []
+    for bs in (1, 16, 32, 64):
+        c = paged_from_contiguous(k, v, lens, block_size=bs, shuffle=True, generator=_gen(bs),
+                                  spare_blocks=2, poison_unused=True)
+        outs.append(_run(q, c, num_splits=2, config=DecodeConfig(block_n=32)).float())
+    ref = _ref(q, c)
+    for out in outs:
+        _assert_close(out, ref, TOLERANCE["bf16"])
+        # Same tiles in the same order whatever the page size: identical up to the fp32 rounding.
+        assert (out - outs[0]).abs().max().item() <= 1e-6
+
+
+def test_shuffled_and_in_order_tables_agree():
+    g = _gen(5)
+    k = torch.randn(1, 2, 50, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    v = torch.randn(1, 2, 50, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    q = torch.randn(1, 4, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    a = paged_from_contiguous(k, v, [50], block_size=16, shuffle=False)
+    b = paged_from_contiguous(k, v, [50], block_size=16, shuffle=True, generator=_gen(9), spare_blocks=4)
+    assert not torch.equal(a.block_tables[0, :4].cpu(), b.block_tables[0, :4].cpu())
+    assert torch.allclose(_run(q, a).float(), _run(q, b).float(), atol=1e-6)
+
+
+def test_nan_in_unused_slots_does_not_reach_output():
+    q, c = _case([17, 3], block_size=16, hq=4, hkv=2, spare=2)
+    assert torch.isnan(c.k_cache.float()).any() and torch.isnan(c.v_cache.float()).any()
+    out = _run(q, c, num_splits=3, config=DecodeConfig(block_n=16))
+    assert torch.isfinite(out).all()
+    _assert_close(out, _ref(q, c), TOLERANCE["bf16"])
+
+
+@pytest.mark.parametrize("d", [128, 256])
+def test_head_dims(d):
+    q, c = _case([40, 7], hq=4, hkv=1, d=d, block_size=32)
+    _assert_close(_run(q, c), _ref(q, c), TOLERANCE["bf16"])
+
+
+def test_fp16():
+    q, c = _case([97, 17], hq=8, hkv=2, dtype="fp16")
+    _assert_close(_run(q, c), _ref(q, c), TOLERANCE["fp16"])
+
+
+@pytest.mark.parametrize("per_head", [True, False])
+def test_fp8_within_tolerance_of_dequantised_reference(per_head):
+    q, c16 = _case([97, 17], hq=8, hkv=2)
+    c8 = quantize_fp8(c16, per_head=per_head)
+    assert c8.k_cache.dtype == torch.float8_e4m3fn
+    assert c8.k_scale.numel() == (2 if per_head else 1)
+    out = _run(q, c8, num_splits=2)
+    _assert_close(out, _ref(q, c8), TOLERANCE["fp8"])
+    # And close to the unquantised answer (e4m3 keeps 4 bits: a looser, informative bound).
+    assert (out.float() - _ref(q, c16)).abs().max().item() < 0.25
+
+
+def test_default_num_splits_fills_the_gpu():
+    assert default_num_splits(1, 8, 32768, 64, 132) == 33  # 264 programs / 8
+    assert default_num_splits(128, 8, 32768, 64, 132) == 1
+    assert default_num_splits(1, 8, 64, 64, 132) == 1  # one tile: nothing to split
+    assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
+
+
+def test_sm_scale_is_used():
+    q, c = _case([30], hq=4, hkv=2)
+    _assert_close(_run(q, c, sm_scale=0.3), _ref(q, c, sm_scale=0.3), TOLERANCE["bf16"])
+
+
+# --------------------------------------------------------------------------------------------
+# Bad input: ValueError naming the argument and the values, before any launch
+# --------------------------------------------------------------------------------------------
+
+
+def _good():
+    q, c = _case([17, 5], hq=4, hkv=2, spare=0, shuffle=False)
+    return dict(q=q, k_cache=c.k_cache, v_cache=c.v_cache, block_tables=c.block_tables, seq_lens=c.seq_lens)
+
+
+def _call(args, **kw):
+    return paged_decode_attention(args["q"], args["k_cache"], args["v_cache"], args["block_tables"],
+                                  args["seq_lens"], **kw)
+
+
+BAD = {
+    "q dtype": (lambda a: a.update(q=a["q"].float()), "q dtype"),
+    "q dims": (lambda a: a.update(q=a["q"][None]), r"q must have 3 dims, got shape \(1, 2, 4, 64\)"),
+    "kv dtype mismatch": (lambda a: a.update(k_cache=a["k_cache"].half(), v_cache=a["v_cache"].half()),
+                          "k_cache dtype torch.float16 must equal q dtype torch.bfloat16"),
+    "k/v shapes": (lambda a: a.update(v_cache=a["v_cache"][:1]), "k_cache and v_cache must have the same shape"),
+    "head_dim": (lambda a: a.update(q=a["q"][..., :48].contiguous(), k_cache=a["k_cache"][..., :48].contiguous(),
+                                    v_cache=a["v_cache"][..., :48].contiguous()), "head_dim must be one of .* got 48"),
+    "heads do not divide": (lambda a: a.update(q=a["q"][:, :3].contiguous()),
+                            r"n_q_heads \(3, q dim 1\) must be a multiple of n_kv_heads \(2"),
+    "table dtype": (lambda a: a.update(block_tables=a["block_tables"].long()), "block_tables dtype"),
+    "table rows": (lambda a: a.update(block_tables=a["block_tables"][:1]), "block_tables has 1 rows for a batch of 2"),
+    "lens entries": (lambda a: a.update(seq_lens=a["seq_lens"][:1]), "seq_lens has 1 entries for a batch of 2"),
+    "q stride": (lambda a: a.update(q=a["q"].transpose(1, 2).contiguous().transpose(1, 2)),
+                 r"q last dim must be contiguous \(stride 1\), got strides"),
+    "table outside pool": (lambda a: a["block_tables"].__setitem__((1, 0), 99),
+                           r"block_tables entries must index the pool 0..2; \(sequence, block\) \[\(1, 0\)\] hold \[99\]"),
+    "negative table entry": (lambda a: a["block_tables"].__setitem__((0, 1), -1),
+                             r"\(sequence, block\) \[\(0, 1\)\] hold \[-1\]"),
+    "length beyond table": (lambda a: a["seq_lens"].__setitem__(0, 33),
+                            r"seq_lens must be in 1..32 .* sequences \[0\] have lengths \[33\]"),
+    "zero length": (lambda a: a["seq_lens"].__setitem__(1, 0), r"sequences \[1\] have lengths \[0\]"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_input_raises_value_error(name):
+    args = _good()
+    mutate, pattern = BAD[name]
+    mutate(args)
+    with pytest.raises(ValueError, match=pattern):
+        _call(args)
+
+
+@pytest.mark.parametrize("kw,pattern", [
+    (dict(k_scale=0.5), "k_scale applies only to a torch.float8_e4m3fn cache"),
+    (dict(sm_scale=-1.0), "sm_scale must be a finite positive number, got -1.0"),
+    (dict(sm_scale=math.nan), "sm_scale must be a finite positive number"),
+    (dict(num_splits=0), "num_splits must be an int in 1..128, got 0"),
+])
+def test_bad_keyword_raises_value_error(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        _call(_good(), **kw)
+
+
+def test_bad_fp8_scale_shape():
+    q, c = _case([17], hq=4, hkv=2)
+    c8 = quantize_fp8(c)
+    with pytest.raises(ValueError, match=r"k_scale must have 1 \(per tensor\) or n_kv_heads=2"):
+        paged_decode_attention(q, c8.k_cache, c8.v_cache, c8.block_tables, c8.seq_lens,
+                               k_scale=torch.ones(3, device=DEVICE), v_scale=c8.v_scale)
+
+
+def test_not_a_tensor():
+    args = _good()
+    args["q"] = args["q"].tolist()
+    with pytest.raises(ValueError, match="q must be a torch.Tensor, got list"):
+        _call(args)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: the same checks at real sizes
+# --------------------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
+
+GPU_CASES = [
+    # lens, block, hq, hkv, d, dtype, fp8 (None | "head" | "tensor"), splits
+    ([1, 17, 97, 1025, 1027], 16, 32, 8, 128, "bf16", None, None),
+    ([4096, 3000, 1], 16, 64, 8, 128, "bf16", None, None),
+    ([2049, 777], 32, 8, 8, 64, "fp16", None, 7),
+    ([5000], 64, 16, 2, 256, "bf16", None, None),
+    ([300, 1000], 1, 8, 1, 128, "bf16", None, 3),
+    ([20000], 16, 32, 8, 128, "bf16", None, 40),
+    ([4096, 999], 16, 32, 8, 128, "bf16", "head", None),
+    ([4096, 999], 16, 32, 8, 128, "bf16", "tensor", 5),
+    ([3000], 64, 16, 4, 256, "fp16", "head", None),
+]
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"L{c[0]}-bs{c[1]}-H{c[2]}/{c[3]}-d{c[4]}-{c[5]}-{c[6]}")
+def test_gpu_real_sizes(case):
+    lens, bs, hq, hkv, d, dtype, fp8, splits = case
+    q, c = _case(lens, block_size=bs, hq=hq, hkv=hkv, d=d, dtype=dtype, seed=11, spare=5)
+    if fp8:
+        c = quantize_fp8(c, per_head=fp8 == "head")
+    out = _run(q, c, num_splits=splits)
+    _assert_close(out, _ref(q, c), TOLERANCE["fp8" if fp8 else dtype])
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_block_size_invariance_and_splits():
+    g = _gen(21)
+    k = torch.randn(3, 8, 3000, 128, generator=g, device=DEVICE).to(torch.bfloat16)
+    v = torch.randn(3, 8, 3000, 128, generator=g, device=DEVICE).to(torch.bfloat16)
+    q = torch.randn(3, 32, 128, generator=g, device=DEVICE).to(torch.bfloat16)
+    lens = [3000, 1027, 97]
+    outs = []
+    for bs in (16, 32, 64):
+        c = paged_from_contiguous(k, v, lens, block_size=bs, shuffle=True, generator=_gen(bs),
+                                  spare_blocks=8, poison_unused=True)
+        for splits in (1, 5):
+            outs.append(_run(q, c, num_splits=splits).float())
+    ref = _ref(q, c)
+    for out in outs:
+        _assert_close(out, ref, TOLERANCE["bf16"])
