@@ -7,7 +7,7 @@ with status 2 and one line naming the argument: no traceback, no usage block.
 
 The option groups are built by ``add_*_arguments`` helpers and turned into a request by
 :func:`request_from_args`, so that a later ``python -m sizing plan`` subcommand (issue 6) can
-reuse them; the first argument ``plan`` is reserved for it.
+reuse them; ``python -m sizing plan ...`` is dispatched to :mod:`sizing.planner_cli`.
 """
 
 from __future__ import annotations
@@ -311,7 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0, or 2 for a bad argument)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["plan"]:
-        return _fail("plan: the capacity planner subcommand is not available yet")
+        # Issue 6's capacity planner: its own parser, built from this module's option groups.
+        from .planner_cli import main as plan_main
+
+        return plan_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -173,12 +173,18 @@ def max_users(spec: KVCacheSpec, budget_bytes: int | Fraction, context: int) -> 
 
 
 def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, limit: int = 1 << 40) -> int | None:
-    """Longest context for ``users`` sequences within ``budget_bytes``; None when unbounded
-    (every layer slides, so the cache stops growing) up to ``limit`` tokens."""
+    """Longest context for ``users`` sequences within ``budget_bytes``, at most ``limit`` tokens.
+
+    None means unbounded: every layer slides, so a sequence's cache stops growing at the window
+    and that fits.
+    """
     check_int("users", users)
     budget = Fraction(budget_bytes)
-    if users * spec.sequence_bytes_all_gpus(limit) <= budget:
+    model = spec.model
+    if model.n_full_layers == 0 and users * spec.sequence_bytes_all_gpus(model.sliding_window) <= budget:
         return None
+    if users * spec.sequence_bytes_all_gpus(limit) <= budget:
+        return limit
     low, high = 0, limit  # invariant: low fits, high does not
     while high - low > 1:
         mid = (low + high) // 2
