@@ -114,3 +114,10 @@ def test_subprocess_exit_codes():
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.count("\n") == 1 and "--tp" in bad.stderr
+
+
+def test_plan_subcommand_is_dispatched(capsys):
+    # Issue 6's planner owns its options; the sizer's entry point only routes "plan" to it.
+    assert main(["plan", "--json", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "8", "--context", "4096"]) == 0
+    assert "decode_step_s" in json.loads(capsys.readouterr().out)
+    assert main(["plan", "--batch", "x"]) == 2
