@@ -150,3 +150,30 @@ def _edge_limit(*, budget: float, kv_tokens: int, history_s: float, control_hist
     return "memory", (
         f"memory: {history_s:.1f} s of history fit ({kv_tokens:,} tokens of KV); a decode step "
         f"at that context takes {step.step_s * 1e3:.1f} ms, within the {budget_ms:g} ms budget.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HistoryPoint:
+    """The decode step (batch 1) when the context holds ``history_s`` seconds of camera tokens."""
+
+    history_s: float
+    context_tokens: int
+    step_s: float
+    fits_memory: bool
+
+
+def step_against_history(model: ModelCost, device: GpuSpec, estimate: BandwidthEstimate,
+                         workload: EdgeWorkload, *, max_history_s: float,
+                         points: int = 40) -> tuple[HistoryPoint, ...]:
+    """Decode step time at ``points`` evenly spaced histories from 0 to ``max_history_s``."""
+    if not (max_history_s > 0 and math.isfinite(max_history_s)):
+        raise ValueError(f"max_history_s must be a positive number, got {max_history_s!r}")
+    plan = plan_edge(model, device, estimate, workload)
+    result = []
+    for index in range(points + 1):
+        history = max_history_s * index / points
+        context = workload.instruction_tokens + int(history * workload.tokens_per_s)
+        step = decode_step(model, device, estimate, batch=1, context=context)
+        result.append(HistoryPoint(history_s=history, context_tokens=context, step_s=step.step_s,
+                                   fits_memory=context <= plan.kv_tokens))
+    return tuple(result)

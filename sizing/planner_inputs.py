@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from sizing.bandwidth_sources import BandwidthEstimate, choose_estimate
+from sizing.edge import EdgePlan, EdgeWorkload, HistoryPoint, plan_edge, step_against_history
 from sizing.gpus import GPU
 from sizing.kv import KVCacheSpec, weights_bytes
 from sizing.models import ModelShape
@@ -271,3 +272,18 @@ def run_plan(request: PlanRequest, *, measured: Mapping[str, Any] | None = None,
                          mean_output_tokens=fits.mean_output_tokens)
     return PlanOutcome(plan=plan, fits=fits, estimate=estimate, source_notes=tuple(notes),
                        traffic_label=workload.source)
+
+
+def run_edge_plan(*, model: ModelShape, kv_precision: Precision, weight_precision: Precision,
+                  device: GPU, workload: EdgeWorkload, estimate: BandwidthEstimate,
+                  curve_points: int = 40) -> tuple[EdgePlan, tuple[HistoryPoint, ...]]:
+    """The edge plan on one device (TP 1) and its step-against-history curve, up to 1.5 × the
+    longer of the memory and control-step limits (so both limits show on the chart)."""
+    cost = model_cost(model, kv_precision=kv_precision, weight_precision=weight_precision, tp=1)
+    spec = gpu_spec(device)
+    plan = plan_edge(cost, spec, estimate, workload)
+    # Headroom past the furthest limit so the crossing is visible; at least one minute.
+    span = 1.5 * max(plan.history_s, plan.control_history_s, 60.0)
+    curve = step_against_history(cost, spec, estimate, workload, max_history_s=span,
+                                 points=curve_points)
+    return plan, curve

@@ -83,3 +83,18 @@ def test_edge_needs_a_single_gpu():
                       kv_bytes_per_token_per_gpu=1, tp=2)
     with pytest.raises(ValueError, match="tp"):
         plan_edge(model, ORIN, datasheet_estimate(), _robot())
+
+
+def test_step_against_history_grows_linearly_with_history():
+    from sizing.edge import step_against_history
+
+    model = ModelCost(name="8b", weight_bytes=16e9, params=8e9, kv_bytes_per_token=KV_8B_BF16,
+                      kv_bytes_per_token_per_gpu=KV_8B_BF16, tp=1)
+    curve = step_against_history(model, ORIN, datasheet_estimate(), _robot(), max_history_s=100,
+                                 points=4)
+    assert [p.history_s for p in curve] == [0, 25, 50, 75, 100]
+    # 25 s at 512 tokens/s = 12,800 tokens: each adds 12,800 × 131,072 B ÷ 204.8e9 B/s = 8.19 ms
+    steps = [p.step_s for p in curve]
+    assert steps[0] == pytest.approx((16e9 + 512 * 131_072) / 204.8e9)
+    assert steps[1] - steps[0] == pytest.approx(12_800 * 131_072 / 204.8e9)
+    assert all(p.fits_memory for p in curve)  # 100 s ≪ the 475.8 s that fit

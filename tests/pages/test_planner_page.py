@@ -1,0 +1,169 @@
+"""Capacity planner page under Streamlit's AppTest: opens cleanly, numbers move the right way,
+the URL reopens the same state, the sizer's values carry over, bad input is named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kernels.bench_records import (
+    TARGET_SPECS,
+    BenchReport,
+    Ceilings,
+    Provenance,
+    Target,
+    report_to_json,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages/4_planner.py")
+
+# The reference page's problem 4 set-up with every sequence at 2,048 tokens and the datasheet:
+# 3,084,716 KV slots per GPU (see tests/sizing/test_planner.py) → 94 contiguous (32K each),
+# 1,506 paged; a 10 ms TPOT target caps the paged batch at 539 (compute-bound).
+REFERENCE_URL = {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "gpu": "h100-sxm", "tp": "8",
+                 "traffic": "fixed", "length": "2048", "source": "datasheet", "tpot": "10",
+                 "maxctx": "32768"}
+
+
+def _open(query: dict[str, str] | None = None, state: dict | None = None) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    for name, value in (query or {}).items():
+        at.query_params[name] = value
+    for key, value in (state or {}).items():
+        at.session_state[key] = value
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def _metric(at: AppTest, label: str) -> str:
+    for metric in at.metric:
+        if metric.label == label:
+            return metric.value
+    raise KeyError(label)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "").rstrip("×").split()[0])
+
+
+def test_opens_with_defaults_and_shows_both_allocators():
+    at = _open()
+    assert _number(_metric(at, "Users per GPU, paged")) > _number(
+        _metric(at, "Users per GPU, contiguous"))
+    assert len(at.get("plotly_chart")) == 2  # server and edge charts
+    assert at.title[0].value.endswith("Capacity planner")
+
+
+def test_reference_url_reproduces_hand_figures():
+    at = _open(REFERENCE_URL)
+    assert _metric(at, "Users per GPU, contiguous") == "11.8"  # 94 / 8 = 11.75
+    assert _metric(at, "Users per GPU, paged") == "67.4"  # 539 / 8
+    assert _metric(at, "Users per node, paged") == "539"  # one TP-8 replica per node
+    assert _metric(at, "TPOT at the paged batch") == "10.0 ms"
+    assert any("caps the batch at 539" in md.value for md in at.markdown)
+
+
+def test_tighter_tpot_serves_fewer_users_and_looser_more():
+    at = _open(REFERENCE_URL)
+    before = _number(_metric(at, "Users per GPU, paged"))
+    at.slider(key="planner.tpot_ms").set_value(5).run()
+    tighter = _number(_metric(at, "Users per GPU, paged"))
+    assert tighter < before
+    at.slider(key="planner.tpot_ms").set_value(0).run()  # no target: memory caps at 1,506
+    assert _metric(at, "Users per GPU, paged") == "188.2"  # 1,506 / 8 = 188.25
+    assert at.query_params["tpot"] == ["0"] or at.query_params["tpot"] == "0"
+
+
+def test_bf16_kv_halves_what_fits():
+    at = _open({**REFERENCE_URL, "tpot": "0"})
+    at.selectbox(key="planner.kv").set_value("bf16").run()
+    # 63.175e9 // 40,960 B = 1,542,358 slots: // 32,768 = 47 contiguous → 5.9 per GPU
+    assert _metric(at, "Users per GPU, contiguous") == "5.9"
+    # // 2,048 = 753 paged → 94.1 per GPU
+    assert _metric(at, "Users per GPU, paged") == "94.1"
+
+
+def test_url_written_by_one_session_reopens_identically():
+    first = _open(REFERENCE_URL)
+    first.slider(key="planner.tpot_ms").set_value(20).run()
+    first.select_slider(key="planner.block").set_value(64).run()
+    query = {name: (value[0] if isinstance(value, list) else value)
+             for name, value in first.query_params.items()}
+    assert query["tpot"] == "20" and query["block"] == "64"
+    second = _open(query)
+    for label in ("Users per GPU, paged", "Users per GPU, contiguous", "Tokens/s per GPU, paged",
+                  "TPOT at the paged batch", "History that fits"):
+        assert _metric(second, label) == _metric(first, label)
+
+
+def test_sizer_values_carry_over_unless_the_url_says_otherwise():
+    at = _open(state={"sizer.model_id": "llama-3.1-8b", "sizer.gpu_id": "h200", "sizer.tp": 1,
+                      "sizer.kv_dtype": "bf16", "sizer.context": 8192})
+    assert at.selectbox(key="planner.model").value == "llama-3.1-8b"
+    assert at.selectbox(key="planner.gpu").value == "h200"
+    assert at.select_slider(key="planner.tp").value == 1
+    assert at.number_input(key="planner.max_context").value == 8192
+    url_wins = _open({"model": "qwen2.5-72b"}, state={"sizer.model_id": "llama-3.1-8b"})
+    assert url_wins.selectbox(key="planner.model").value == "qwen2.5-72b"
+
+
+def test_malformed_url_values_fall_back_to_defaults():
+    at = _open({"tp": "3", "model": "nope", "tpot": "abc"})
+    assert at.select_slider(key="planner.tp").value == 8
+    assert at.selectbox(key="planner.model").value == "llama-3.1-70b"
+
+
+def test_weights_that_do_not_fit_are_explained_not_crashed():
+    at = _open({"model": "llama-3.1-405b", "w": "bf16", "gpu": "l4", "tp": "1"})
+    assert _metric(at, "Users per GPU, paged") == "0"
+    assert any("weights alone" in md.value for md in at.markdown)
+
+
+def test_bad_harness_json_is_named_and_the_page_falls_back():
+    at = _open(state={"kernels.bench_json": "{not json"})
+    assert any("Harness JSON" in e.value for e in at.sidebar.error)
+    assert any("Datasheet" in info.value or "Shipped" in info.value for info in at.info)
+
+
+def _valid_bench_json(decode_tbps: float) -> str:
+    report = BenchReport(
+        schema="kv-cache-explorer.kernels.bench", schema_version=1,
+        provenance=Provenance(device="NVIDIA H200", sm_count=132, driver="", cuda="12.8",
+                              torch="2.11", triton="3.6.0", python="3.12", date="2025-01-01",
+                              command="python -m kernels.bench --json x"),
+        ceilings=Ceilings(copy_tbps=4.25, copy_buffer_bytes=2**30, matmul_tflops=700.0,
+                          matmul_n=8192),
+        targets=tuple(Target(name=s.name, measured=decode_tbps if s.name == "decode_large_tbps"
+                             else 1.0, required=s.required, met=True) for s in TARGET_SPECS))
+    return report_to_json(report)
+
+
+def test_a_harness_run_in_session_state_is_used_and_labelled():
+    # at the datasheet the reference batch of 539 takes 10 ms; reading at half speed takes longer
+    fast = _open({**REFERENCE_URL, "source": "datasheet", "tpot": "0"})
+    slow = _open({**REFERENCE_URL, "source": "measured", "tpot": "0"},
+                 state={"kernels.bench_json": _valid_bench_json(2.4)})  # 2.4 / 4.8 = 0.5
+    assert any("Harness run on this GPU" in info.value for info in slow.info)
+    assert _number(_metric(slow, "TPOT at the paged batch")) > _number(
+        _metric(fast, "TPOT at the paged batch"))
+
+
+def test_edge_view_more_perception_memory_means_less_history():
+    at = _open()
+    before = _number(_metric(at, "History that fits"))
+    at.number_input(key="planner.perception_gb").set_value(20.0).run()
+    after = _number(_metric(at, "History that fits"))
+    # 12 GB less KV at 128 KiB per token (8B, BF16) and 512 tokens/s:
+    # 12e9 / 131,072 / 512 = 178.8 s less history
+    assert before - after == pytest.approx(12e9 / 131_072 / 512, abs=0.2)
+
+
+def test_edge_view_faster_control_loop_binds_first():
+    at = _open({"hz": "1"})
+    assert any("What limits the robot:** memory" in md.value for md in at.markdown)
+    at.slider(key="planner.control_hz").set_value(10.0).run()
+    assert any("What limits the robot:** control step" in md.value for md in at.markdown)
