@@ -1,0 +1,27 @@
+"""Every page of the router opens in a real browser without an exception and shows a title."""
+
+import pytest
+
+from tests.browser.streamlit_helpers import goto
+
+pytestmark = pytest.mark.browser
+
+# url_path of each st.Page in app.py, with a phrase its page must show.
+PAGES = {
+    "sizer": "KV-cache sizer",
+    "fragmentation": "Fragmentation",
+}
+
+
+@pytest.mark.parametrize("url_path, heading", PAGES.items())
+def test_page_opens_without_exception(app_url, page, url_path, heading):
+    goto(page, f"{app_url}/{url_path}")
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert page.get_by_text(heading).first.is_visible()
+
+
+def test_navigation_lists_every_page(app_url, page):
+    goto(page, app_url)
+    nav = page.locator('[data-testid="stSidebarNav"]')
+    for heading in PAGES.values():
+        assert nav.get_by_text(heading).count() >= 1
