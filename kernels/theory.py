@@ -38,6 +38,7 @@ from kernels.bench_records import decode_flops, decode_kv_bytes, prefill_flops
 __all__ = [
     "Hardware", "H100_SXM", "H200_SXM", "PrefillModel", "DecodeModel", "RooflinePoint",
     "prefill_model", "decode_model", "roofline_point", "attainable_tflops", "ridge_intensity",
+    "decode_contender_bytes", "prefill_contender_bytes",
 ]
 
 TERA = 1e12
@@ -265,3 +266,38 @@ def attainable_tflops(intensity: float, *, hbm_tbps: float, tflops: float) -> fl
 def ridge_intensity(*, hbm_tbps: float, tflops: float) -> float:
     """FLOP/byte where the bandwidth roof meets the compute roof (≈ 295 for an H100)."""
     return tflops / hbm_tbps
+
+
+# ----------------------------------------------------------------------------------------------
+# HBM bytes each contender must move (the roofline's x axis)
+# ----------------------------------------------------------------------------------------------
+
+
+def decode_contender_bytes(contender: str, *, batch: int, context: int, n_q_heads: int, n_kv_heads: int,
+                           head_dim: int, bytes_per_value: int = 2) -> int:
+    """Least HBM bytes of one decode step for a contender (queries and outputs are negligible).
+
+    The paged kernel and SDPA on contiguous KV read the cache once; the FP8 kernel reads one
+    byte per value; gather-then-SDPA reads the pages, writes the gathered copy and reads it
+    again (3x); naive attention expands K and V to the query heads (read the cache, write and
+    read the group-times-larger copy: (1 + 2 x group)x).
+    """
+    kv = decode_kv_bytes(batch, context, n_kv_heads, head_dim, bytes_per_value)
+    if contender == "triton_paged_fp8":
+        return decode_kv_bytes(batch, context, n_kv_heads, head_dim, 1)
+    if contender == "gather_sdpa":
+        return 3 * kv
+    if contender == "naive":
+        group = n_q_heads // n_kv_heads
+        return kv * (1 + 2 * group) if group > 1 else kv
+    return kv
+
+
+def prefill_contender_bytes(contender: str, *, batch: int, seq_len: int, n_q_heads: int, n_kv_heads: int,
+                            head_dim: int, bytes_per_value: int = 2) -> int:
+    """HBM bytes of one prefill: Q and O per query head, K and V per KV head; naive adds the
+    page's four passes over the N x N matrix per query head (write S, read S, write P, read P)."""
+    io = batch * seq_len * head_dim * bytes_per_value * (2 * n_q_heads + 2 * n_kv_heads)
+    if contender == "naive":
+        return io + 4 * batch * n_q_heads * seq_len * seq_len * bytes_per_value
+    return io
