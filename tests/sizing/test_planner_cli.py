@@ -99,10 +99,14 @@ def test_bad_bench_json_is_named(tmp_path, capsys):
     assert "--bench-json" in capsys.readouterr().err
 
 
-def test_module_entry_point_prints_json():
+def test_python_m_sizing_plan_is_the_contract_entry_point():
     completed = subprocess.run(
-        [sys.executable, "-m", "sizing.planner_cli", "--json", *REFERENCE, "--batch", "8",
-         "--bandwidth-source", "datasheet"],
+        [sys.executable, "-m", "sizing", "plan", "--json", *REFERENCE, "--batch", "64",
+         "--context", "8192", "--bandwidth-source", "datasheet", "--efficiency", "1"],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr
-    assert json.loads(completed.stdout)["batch"] == 8
+    result = json.loads(completed.stdout)
+    assert result["decode_step_s"] == (8_825_000_000 + 64 * 8192 * 20_480) / 3.35e12
+    bad = subprocess.run([sys.executable, "-m", "sizing", "plan", "--efficiency", "abc"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--efficiency" in bad.stderr
