@@ -10,6 +10,9 @@ navigation = st.navigation(
                 url_path="sizer", default=True),
         st.Page("pages/2_fragmentation.py", title="Fragmentation explorer",
                 icon=":material/view_module:", url_path="fragmentation"),
+        st.Page("pages/3_kernels.py", title="Live kernels", icon=":material/speed:", url_path="kernels"),
+        st.Page("pages/4_planner.py", title="Capacity planner", icon=":material/insights:",
+                url_path="planner"),
     ]
 )
 navigation.run()

@@ -10,6 +10,8 @@ pytestmark = pytest.mark.browser
 PAGES = {
     "sizer": "KV-cache sizer",
     "fragmentation": "Fragmentation",
+    "kernels": "Live kernels",
+    "planner": "Capacity planner",
 }
 
 
