@@ -134,6 +134,23 @@ class SnapshotResult:
     clipped: int
     sample_reused: bool
 
+    @property
+    def contiguous_waste_bytes_mean(self) -> float | None:
+        """Mean empty bytes per contiguous request, None without bytes per token."""
+        per_token = self.config.budget.per_token_bytes
+        return None if per_token is None else self.contiguous.waste_tokens_mean * per_token
+
+    @property
+    def paged_waste_bytes_mean(self) -> float | None:
+        """Mean empty bytes per paged request, None without bytes per token."""
+        per_token = self.config.budget.per_token_bytes
+        return None if per_token is None else self.paged.waste_tokens_mean * per_token
+
+    @property
+    def paged_gain(self) -> float:
+        """Paged requests that fit per contiguous one (inf when none fits contiguously)."""
+        return self.paged.fit / self.contiguous.fit if self.contiguous.fit else float("inf")
+
 
 @dataclass(frozen=True, kw_only=True)
 class _Lengths:
