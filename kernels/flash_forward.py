@@ -77,6 +77,88 @@ def _interpreting() -> bool:
 
 
 @triton.jit
+def _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP: tl.constexpr):
+    """Online-softmax update for one score tile: returns (p, alpha, m_new, l_new)."""
+    m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    if PACKED_EXP == 0:
+        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # one FMA + exp2 per score
+        l_ij = tl.sum(p, 1)
+    elif PACKED_EXP == 1:
+        # Packed bf16 pairs (sm_90). P is rounded to bf16 for the P·V product anyway; the row
+        # sum uses the same rounded P.
+        x = (qk * qk_scale - m_ij[:, None]).to(tl.bfloat16)
+        p = tl.inline_asm_elementwise(
+            "ex2.approx.ftz.bf16x2 $0, $1;", "=r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=2
+        )
+        l_ij = tl.sum(p.to(tl.float32), 1)
+    else:
+        # Same with packed fp16 pairs (sm_75+), for fp16 inputs.
+        x = (qk * qk_scale - m_ij[:, None]).to(tl.float16)
+        p = tl.inline_asm_elementwise(
+            "ex2.approx.f16x2 $0, $1;", "=r,r", [x], dtype=tl.float16, is_pure=True, pack=2
+        )
+        l_ij = tl.sum(p.to(tl.float32), 1)
+    alpha = tl.math.exp2(m_i - m_ij)  # 1 where the max did not move
+    return p, alpha, m_ij, l_i * alpha + l_ij
+
+
+@triton.jit
+def _load_kv_tile(
+    base,  # pointer to token 0 of this KV head, or the tensor descriptor (USE_TMA)
+    row0,  # USE_TMA: row of token 0 in the flattened view
+    start_n,  # first token of the tile
+    stride_n,  # token stride (pointer path)
+    offs_n,
+    offs_d,
+    USE_TMA: tl.constexpr,
+    COMPUTE_F32: tl.constexpr,
+):
+    """Load one whole [BLOCK_N, HEAD_DIM] K or V tile with no mask (all its tokens exist)."""
+    if USE_TMA:
+        t = base.load([row0 + start_n, 0])
+    else:
+        t = tl.load(base + (start_n + offs_n)[:, None] * stride_n + offs_d[None, :])
+    if COMPUTE_F32:
+        t = t.to(tl.float32)
+    return t
+
+
+@triton.jit
+def _attn_fwd_inner_overlap(
+    acc, l_i, m_i, q,  # running state and the query tile, as in _attn_fwd_inner
+    k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
+    lo,  # first key (multiple of BLOCK_N)
+    hi,  # one past the last key; (hi - lo) is a positive multiple of BLOCK_N
+    qk_scale,
+    BLOCK_N: tl.constexpr,
+    COMPUTE_F32: tl.constexpr,
+    USE_TMA: tl.constexpr,
+    PACKED_EXP: tl.constexpr,
+):
+    """Unmasked key tiles with the next tile's Q·Kᵀ issued before this tile's softmax.
+
+    The tensor cores' asynchronous wgmma for tile j+1 can then run while the exp2/max/sum of
+    tile j occupy the other units (FlashAttention-3's intra-warpgroup overlap, expressed as
+    a software-pipelined loop). Costs one more score tile of registers.
+    """
+    k = _load_kv_tile(k_base, kv_row0, lo, stride_kn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
+    qk = tl.dot(q, tl.trans(k))
+    for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+        k = _load_kv_tile(k_base, kv_row0, start_n + BLOCK_N, stride_kn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
+        qk_next = tl.dot(q, tl.trans(k))  # next tile's scores, independent of this softmax
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
+        acc = acc * alpha[:, None]
+        v = _load_kv_tile(v_base, kv_row0, start_n, stride_vn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        qk = qk_next
+    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
+    acc = acc * alpha[:, None]
+    v = _load_kv_tile(v_base, kv_row0, hi - BLOCK_N, stride_vn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
+    acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, l_i, m_i
+
+
+@triton.jit
 def _attn_fwd_inner(
     acc,  # [BLOCK_M, HEAD_DIM] float32 running numerator
     l_i,  # [BLOCK_M] float32 running denominator
@@ -99,6 +181,7 @@ def _attn_fwd_inner(
     COMPUTE_F32: tl.constexpr,  # interpreter only: do the products in float32
     USE_TMA: tl.constexpr,  # K/V tiles come through Hopper's bulk tensor copy (descriptors)
     WARP_SPEC: tl.constexpr,  # let Triton split producer / consumer warps (where supported)
+    PACKED_EXP: tl.constexpr,  # 0: fp32 exp2; 1: packed bf16x2 ex2; 2: packed f16x2 ex2 (GPU only)
 ):
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         offs_kn = start_n + offs_n
@@ -125,12 +208,9 @@ def _attn_fwd_inner(
             qk = tl.where(offs_m[:, None] >= offs_kn[None, :], qk, float("-inf"))
         elif MASK == 2:
             qk = tl.where(offs_kn[None, :] < n_ctx, qk, float("-inf"))
-        # Every row sees at least one key in its first tile, so m_ij is finite and
-        # (-inf) - m_ij below is -inf, never NaN.
-        m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # one FMA + exp2 per score
-        alpha = tl.math.exp2(m_i - m_ij)  # 1 where the max did not move
-        l_i = l_i * alpha + tl.sum(p, 1)
+        # Every row sees at least one key in its first tile, so the running max is finite and
+        # (-inf) - max is -inf, never NaN.
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
         acc = acc * alpha[:, None]
         if USE_TMA:
             v = v_base.load([kv_row0 + start_n, 0])
@@ -149,7 +229,6 @@ def _attn_fwd_inner(
             v = v.to(tl.float32)
         # p goes to the tensor cores in the input dtype (bf16/fp16), accumulating in float32.
         acc = tl.dot(p.to(v.dtype), v, acc)
-        m_i = m_ij
     return acc, l_i, m_i
 
 
@@ -176,6 +255,8 @@ def _attn_fwd_kernel(
     COMPUTE_F32: tl.constexpr,  # interpreter only (bf16 tl.dot is wrong there)
     USE_TMA: tl.constexpr,  # Q/K/V are tensor descriptors (contiguous inputs, Hopper+)
     WARP_SPEC: tl.constexpr,  # warp-specialised inner loop (triton >= 3.4 where supported)
+    PACKED_EXP: tl.constexpr,  # see _softmax_step
+    OVERLAP: tl.constexpr,  # unmasked loop issues the next Q·Kᵀ before this softmax
 ):
     num_m = tl.cdiv(n_ctx, BLOCK_M)
     if CAUSAL:
@@ -217,26 +298,41 @@ def _attn_fwd_kernel(
 
     if CAUSAL:
         # Off-diagonal: keys [0, start_m*BLOCK_M) are all <= every query of this block.
-        acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
-        )
+        if OVERLAP:
+            if start_m > 0:
+                acc, l_i, m_i = _attn_fwd_inner_overlap(
+                    acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
+                    0, start_m * BLOCK_M, qk_scale, BLOCK_N, COMPUTE_F32, USE_TMA, PACKED_EXP,
+                )
+        else:
+            acc, l_i, m_i = _attn_fwd_inner(
+                acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+                0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
+                PACKED_EXP,
+            )
         # Diagonal: keys [start_m*BLOCK_M, (start_m+1)*BLOCK_M), masked.
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
             start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, n_ctx), n_ctx, qk_scale,
-            BLOCK_N, 1, COMPUTE_F32, USE_TMA, False,
+            BLOCK_N, 1, COMPUTE_F32, USE_TMA, False, PACKED_EXP,
         )
     else:
         n_full = (n_ctx // BLOCK_N) * BLOCK_N  # keys in whole tiles
-        acc, l_i, m_i = _attn_fwd_inner(
-            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
-        )
+        if OVERLAP:
+            if n_full > 0:
+                acc, l_i, m_i = _attn_fwd_inner_overlap(
+                    acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
+                    0, n_full, qk_scale, BLOCK_N, COMPUTE_F32, USE_TMA, PACKED_EXP,
+                )
+        else:
+            acc, l_i, m_i = _attn_fwd_inner(
+                acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+                0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC, PACKED_EXP,
+            )
         # At most one partial tile left: mask the keys past n_ctx.
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32, USE_TMA, False,
+            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32, USE_TMA, False, PACKED_EXP,
         )
 
     acc = acc / l_i[:, None]
@@ -264,6 +360,11 @@ class FlashConfig:
     use_tma: bool = False
     # tl.range(..., warp_specialize=True) on the hot loop: producer/consumer warp split.
     warp_specialize: bool = False
+    # Exponentials on packed 16-bit pairs (ex2.approx.{bf16x2,f16x2}): twice the MUFU rate,
+    # P rounded to the input dtype before the exponential instead of after. GPU only.
+    packed_exp: bool = False
+    # Software-pipeline the unmasked loop: next tile's Q·Kᵀ issued before this tile's softmax.
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -299,6 +400,13 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
         # Very short prompts: a 128-row tile would be mostly padding.
         return FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
     return cfg
+
+
+def _packed_exp_mode(cfg: FlashConfig, dtype: torch.dtype) -> int:
+    """PACKED_EXP constexpr: 0 (fp32 exp2), 1 (bf16x2) or 2 (f16x2); never under the interpreter."""
+    if not cfg.packed_exp or _interpreting():
+        return 0
+    return 1 if dtype == torch.bfloat16 else 2
 
 
 def _tma_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -432,6 +540,8 @@ def flash_attention_forward(
         COMPUTE_F32=_interpreting(),
         USE_TMA=use_tma,
         WARP_SPEC=cfg.warp_specialize,
+        PACKED_EXP=_packed_exp_mode(cfg, q.dtype),
+        OVERLAP=cfg.overlap,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )

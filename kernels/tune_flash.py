@@ -38,18 +38,30 @@ from kernels.reference import naive_attention_lse
 # Candidates for D=128 on Hopper: pointer loads vs TMA descriptors, 64/128-key tiles, 4/8 warps,
 # 2-4 pipeline stages, warp specialisation. BLOCK_M=128 matches two m64 wgmma warpgroups.
 CANDIDATES: dict[str, FlashConfig] = {
+    # v1 winners (call 1), kept to measure run-to-run spread.
     "ptr_128x64_w8_s3": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
-    "ptr_128x128_w8_s2": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=2),
-    "ptr_128x128_w8_s3": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
-    "tma_128x64_w4_s3": FlashConfig(block_m=128, block_n=64, num_warps=4, num_stages=3, use_tma=True),
-    "tma_128x64_w8_s3": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=True),
     "tma_128x128_w8_s3": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
-    "tma_128x128_w8_s4": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=4, use_tma=True),
-    "tma_256x64_w8_s3": FlashConfig(block_m=256, block_n=64, num_warps=8, num_stages=3, use_tma=True),
-    "tma_ws_128x128_w8_s3": FlashConfig(
-        block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True, warp_specialize=True
+    "ptr_128x64_w8_s4": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=4),
+    # v2: next Q·Kᵀ issued before this tile's softmax (overlap); TMA keeps it under 255 regs.
+    "ptr_128x64_w8_s3_ov": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, overlap=True),
+    "tma_128x64_w8_s3_ov": FlashConfig(
+        block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=True, overlap=True
+    ),
+    "tma_128x64_w8_s4_ov": FlashConfig(
+        block_m=128, block_n=64, num_warps=8, num_stages=4, use_tma=True, overlap=True
+    ),
+    "tma_128x128_w8_s2_ov": FlashConfig(
+        block_m=128, block_n=128, num_warps=8, num_stages=2, use_tma=True, overlap=True
+    ),
+    # v2: packed 16-bit exponentials (local SASS shows ptxas splits them into 2 MUFU ops).
+    "ptr_128x64_w8_s3_pk": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3, packed_exp=True),
+    "tma_128x128_w8_s3_pk": FlashConfig(
+        block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True, packed_exp=True
     ),
 }
+# Tried in call 1 (benchmarks/NOTES-prefill.md): ptr_128x128_w8_s2/s3, tma_128x64_w4_s3,
+# tma_128x64_w8_s3, tma_128x128_w8_s4 (out of shared memory), tma_256x64_w8_s3,
+# tma_ws_128x128_w8_s3 (warp_specialize: no change on triton 3.6 / Hopper).
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 

@@ -8,12 +8,13 @@ tiles and the diagonal are all exercised. The same checks run at real sizes on a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from kernels.flash_forward import FlashConfig, flash_attention_forward
+from kernels.flash_forward import FlashConfig, flash_attention_forward, pick_config
 from kernels.reference import naive_attention_lse
 
 HAS_CUDA = torch.cuda.is_available()
@@ -82,6 +83,9 @@ def test_head_dim_128(n, causal):
         # TMA descriptors over the flattened [B*H*N, D] views: tail tiles read the next
         # head's rows, which the masks must neutralise (B=2 below makes that happen).
         FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1, use_tma=True),
+        # Software-pipelined unmasked loop (next Q·Kᵀ before this softmax), pointers and TMA.
+        FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1, overlap=True),
+        FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1, overlap=True, use_tma=True),
     ],
 )
 @pytest.mark.parametrize("causal", [False, True])
@@ -178,9 +182,13 @@ def test_bad_config_raises(kwargs, match):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_gpu_real_sizes(n, causal, d, dtype):
+@pytest.mark.parametrize("variant", ["table", "tma_overlap"])
+def test_gpu_real_sizes(n, causal, d, dtype, variant):
     q, k, v = _inputs(2, 32, 8, n, d, dtype, seed=n + d)
-    _check(q, k, v, causal=causal)
+    cfg = pick_config(head_dim=d, causal=causal, n_ctx=n)
+    if variant == "tma_overlap":
+        cfg = dataclasses.replace(cfg, use_tma=True, overlap=True, num_stages=min(cfg.num_stages, 2))
+    _check(q, k, v, causal=causal, config=cfg)
 
 
 @pytest.mark.gpu
