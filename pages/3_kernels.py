@@ -7,7 +7,8 @@ under the Triton interpreter at a toy size.
 
 Test hooks (``st.session_state``, set before the first run):
 ``kernels_backend``: a ``kernels.live.Backend`` (AppTest substitutes recorded results for the GPU);
-``kernels_shipped_dir``: where to look for shipped JSON files.
+``kernels_shipped_dir``: where to look for shipped JSON files;
+``kernels_gate``: a ``kernels.gpu_lock.GpuGate`` standing for another session's hold on the GPU.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ except ImportError:  # run standalone from inside pages/
     from _url_state import UrlState  # type: ignore[no-redef]
 
 SESSION_RUNS = "kernels_session_runs"
+SESSION_SOURCE = "This session's runs"
 
 
 @st.cache_resource
@@ -133,7 +135,7 @@ if not shape_error:
 # ---------------------------------------------------------------- run (GPU) or sources (no GPU)
 runs = st.session_state.setdefault(SESSION_RUNS, [])
 if backend.gpu:
-    gate = _gate()
+    gate: GpuGate = st.session_state.get("kernels_gate") or _gate()
     b1, b2, _ = st.columns([1, 1, 4])
     run_clicked = b1.button("Run", key="k_run", icon=":material/play_arrow:", type="primary", disabled=plan is None)
     if b2.button("Cancel the running sweep", key="k_cancel", icon=":material/cancel:"):
@@ -160,6 +162,7 @@ if backend.gpu:
         if outcome is not None:
             if outcome.status == "ok":
                 runs.append(outcome.value)
+                st.session_state["k_source"] = SESSION_SOURCE  # show what was just measured
                 bar.progress(1.0, text="done")
             elif outcome.status == "cancelled":
                 st.warning("Run cancelled; nothing was recorded.", icon=":material/cancel:")
@@ -170,7 +173,7 @@ if backend.gpu:
 shipped = _shipped(str(st.session_state.get("kernels_shipped_dir", RESULTS_DIR)))
 sources: dict[str, object] = {}
 if runs:
-    sources["This session's runs"] = merge_reports(runs)
+    sources[SESSION_SOURCE] = merge_reports(runs)
 if shipped.newest is not None:
     sources[f"Shipped: {shipped.newest.path.name}"] = shipped.newest.report
 with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`)", icon=":material/upload_file:",

@@ -1,0 +1,239 @@
+"""AppTest of the live kernel page in both modes.
+
+No-GPU mode: the page says so, shows the shipped results (here the synthetic fixture in
+tests/data, whose figures are invented round numbers) with their provenance, validates uploads,
+and runs the kernels under the Triton interpreter. GPU mode: CI has no GPU, so the kernel layer
+is substituted through ``st.session_state["kernels_backend"]`` by a backend that returns the
+recorded fixture; the page's run, progress, OOM and cancellation paths are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from kernels.bench_records import load_bench_json
+from kernels.gpu_lock import GpuGate
+from kernels.live import Backend
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages/3_kernels.py")
+FIXTURE = ROOT / "tests/data/kernels_bench_synthetic.json"
+
+
+def _refuse(plan, progress):
+    raise AssertionError("the no-GPU page must not try to time anything")
+
+
+CPU = Backend(gpu=False, device="cpu (Triton interpreter)", run=_refuse)
+
+
+def _app(backend: Backend, shipped_dir: Path = FIXTURE.parent, **state) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=180)
+    at.session_state["kernels_backend"] = backend
+    at.session_state["kernels_shipped_dir"] = str(shipped_dir)
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at
+
+
+def _metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def _figures(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def _texts(elements) -> str:
+    return "\n".join(e.value for e in elements)
+
+
+# ---------------------------------------------------------------------------------- no GPU
+
+
+def test_no_gpu_says_so_and_shows_shipped_results_with_provenance():
+    at = _app(CPU).run()
+    assert not at.exception
+    assert "No CUDA GPU on this machine" in _texts(at.info)
+    assert "synthetic fixture" in _texts(at.markdown)  # provenance of the shipped file
+    assert at.radio(key="k_source").value.startswith("Shipped: kernels_bench_synthetic.json")
+    # Default shape B=1 L=4096 32/8 d=128 is in the fixture; its kernel runs at 3.6 TB/s there.
+    assert _metric(at, "Achieved TB/s") == "3.60"
+    assert _metric(at, "Share of measured ceiling") == "90 %"  # 3.6 of the fixture's 4.0 TB/s
+
+
+def test_roofline_places_decode_at_its_intensity():
+    at = _app(CPU).run()
+    roof = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Roofline"))
+    kernel = next(t for t in roof["data"] if t["name"] == "Triton paged decode")
+    # 32 query heads on 8 KV heads in bf16: 4 FLOP per KV byte; 3.6 TB/s × 4 = 14.4 TFLOP/s.
+    assert kernel["x"][0] == pytest.approx(4.0)
+    assert kernel["y"][0] == pytest.approx(14.4, rel=1e-3)
+    gather = next(t for t in roof["data"] if t["name"] == "gather pages, then SDPA")
+    assert gather["x"][0] == pytest.approx(4.0 / 3)  # reads pages, writes and re-reads the copy
+    roofs = [t for t in roof["data"] if t["name"].startswith("roof")]
+    assert len(roofs) == 2  # measured and datasheet
+
+
+def test_sweep_and_memory_views_from_shipped_results():
+    at = _app(CPU).run()
+    titles = [f["layout"]["title"]["text"] for f in _figures(at)]
+    assert any("against context (batch 1)" in t for t in titles)
+    assert any("against batch (context 4096)" in t for t in titles)
+    mem = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Naive against tiled"))
+    assert any("oom" in t["name"] for t in mem["data"])  # naive's OOM is drawn, not crashed on
+    assert "N = 32,768: naive softmax(QKᵀ)V → oom" in _texts(at.warning)
+
+
+def test_theory_beside_measurement_for_prefill():
+    at = _app(CPU)
+    at.query_params["kernel"] = "prefill"
+    at.query_params["len"] = "4096"
+    at.query_params["hkv"] = "32"
+    at.query_params["batch"] = "4"
+    at.run()
+    assert not at.exception
+    assert at.radio(key="k_kernel").value == "prefill"
+    table = at.dataframe[1].value  # theory beside measurement
+    text = " ".join(table["model"])
+    # N = 4096 → S is 4096² × 2 B = 32 MiB per head; 4 × 32 heads → 4 GiB for the shape.
+    assert "32.0 MiB / 4.00 GiB" in text
+    assert "memory-bound" in text and "compute-bound" in text
+    assert any(q.startswith("measured: Triton tiled forward") for q in table["quantity"])
+
+
+def test_no_shipped_results_and_uploads(tmp_path):
+    at = _app(CPU, shipped_dir=tmp_path).run()
+    assert "no shipped results were found" in _texts(at.info)
+    at.file_uploader(key="k_upload").upload("broken.json", b"{not json", "application/json").run()
+    assert "is not a readable kernels.bench result: not a JSON file" in _texts(at.error)
+    at.file_uploader(key="k_upload").set_value(
+        ("foreign.json", json.dumps({"schema": "someone-else", "rows": []}).encode(), "application/json")).run()
+    assert "schema is 'someone-else'" in _texts(at.error)
+    at.file_uploader(key="k_upload").set_value(("mine.json", FIXTURE.read_bytes(), "application/json")).run()
+    assert not at.error
+    assert at.radio(key="k_source").value == "Uploaded: mine.json"
+    assert _metric(at, "Achieved TB/s") == "3.60"
+
+
+def test_interpreter_run_at_toy_size():
+    at = _app(CPU).run()
+    at.button(key="k_interp").click().run()
+    assert not at.exception
+    rows = at.dataframe[-1].value  # the correctness tab is drawn last
+    assert set(rows["kernel"]) == {"paged decode", "tiled forward"}
+    assert (rows["max abs error"] <= rows["tolerance"]).all()
+    assert (rows["max abs error"] > 0).all()  # a real low-precision computation, not a copy
+    assert "checks within tolerance" in _texts(at.success)
+
+
+def test_online_softmax_walkthrough():
+    at = _app(CPU).run()
+    slider = at.slider(key="k_sm_step")
+    # N 32, query tile 16, key tile 8: 2 query blocks × 4 key tiles.
+    assert slider.max == 8
+    slider.set_value(8).run()
+    assert float(_metric(at, "Max |tiled − naive|")) < 1e-5
+    # (4Nd + 4N²) × 2 B at N = 32, d = 16; tiled: (2Nd + 2·2·Nd) × 2 B with 2 query blocks.
+    assert _metric(at, "HBM bytes, naive (FP16)") == "12,288"
+    assert _metric(at, "HBM bytes, tiled (FP16)") == "6,144"
+    assert "last tile of this block" in _texts(at.markdown)
+
+
+def test_bad_head_ratio_is_reported():
+    at = _app(CPU)
+    at.query_params["hq"] = "8"
+    at.query_params["hkv"] = "16"  # falls through: 8 % 16 != 0
+    at.run()
+    assert not at.exception
+    assert "cannot share 16 KV heads evenly" in _texts(at.error)
+
+
+# ---------------------------------------------------------------------------------- GPU mode
+
+
+def _recorded_backend(calls: list) -> Backend:
+    report = load_bench_json(FIXTURE)
+
+    def run(plan, progress):
+        calls.append(plan)
+        progress(type("Ev", (), {"done": 1, "total": 2, "message": plan.label})())
+        return report
+
+    return Backend(gpu=True, device="recorded H200 (fixture)", run=run)
+
+
+def test_gpu_mode_runs_and_shows_measured_figures():
+    calls: list = []
+    at = _app(_recorded_backend(calls)).run()
+    assert "GPU: **recorded H200 (fixture)**" in _texts(at.success)
+    assert not at.get("download_button")  # nothing to download before a run
+    at.toggle(key="k_sweep").set_value(True).run()
+    at.button(key="k_run").click().run()
+    assert not at.exception
+    assert len(calls) == 1 and calls[0].kernel == "decode" and calls[0].sweep
+    assert calls[0].decode.batch == 1 and calls[0].decode.context == 4096
+    assert at.radio(key="k_source").value == "This session's runs"
+    assert _metric(at, "Achieved TB/s") == "3.60"
+    assert at.get("download_button")
+    assert any(f["layout"]["title"]["text"].startswith("Roofline") for f in _figures(at))
+
+
+def test_gpu_mode_fp8_plan():
+    calls: list = []
+    at = _app(_recorded_backend(calls)).run()
+    at.selectbox(key="k_dtype_decode").set_value("fp8").run()
+    at.button(key="k_run").click().run()
+    assert calls[-1].fp8 and calls[-1].decode.dtype == "bf16"  # FP8 KV, bf16 query
+
+
+def test_gpu_oom_is_reported_not_crashed():
+    def oom(plan, progress):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 80.00 GiB")
+
+    at = _app(Backend(gpu=True, device="fake", run=oom)).run()
+    at.button(key="k_run").click().run()
+    assert not at.exception
+    assert "GPU out of memory" in _texts(at.error)
+    assert "This session's runs" not in at.radio(key="k_source").options
+
+
+def test_gpu_cancel_between_shapes():
+    gate = GpuGate()
+
+    def cancelled_midway(plan, progress):
+        gate.request_cancel()  # as if another tab pressed Cancel
+        progress(type("Ev", (), {"done": 1, "total": 3, "message": "next shape"})())
+        raise AssertionError("the sweep must stop at the progress call")
+
+    at = _app(Backend(gpu=True, device="fake", run=cancelled_midway), kernels_gate=gate).run()
+    at.button(key="k_run").click().run()
+    assert not at.exception
+    assert "Run cancelled" in _texts(at.warning)
+    assert not gate.status().busy  # released for the next session
+
+
+def test_other_session_holding_the_gpu_is_shown():
+    gate = GpuGate()
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with gate.hold("decode B=128 L=32768 (another tab)"):
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    try:
+        holding.wait(10)
+        at = _app(Backend(gpu=True, device="fake", run=_refuse), kernels_gate=gate).run()
+        assert "Waiting for the GPU: another session is running decode B=128 L=32768 (another tab)" in _texts(
+            at.warning)
+    finally:
+        release.set()
+        thread.join()
