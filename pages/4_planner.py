@@ -20,6 +20,8 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from kernels.bench_records import report_to_json
+from kernels.live import merge_reports
 from pages._url_state import UrlState
 from sizing.bandwidth_sources import (
     SOURCES_IN_ORDER,
@@ -40,7 +42,7 @@ from sizing.planner_inputs import (
     run_edge_plan,
     run_plan,
 )
-from sizing.units import GB, both, format_number
+from sizing.units import GB, both, format_bytes, format_number
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel groups come in powers of two
@@ -51,8 +53,10 @@ TRAFFIC_LABELS = {"lognormal": "Log-normal lengths", "fixed": "Every request the
 SIM_PRESETS = ("ShareGPT", "Alpaca", "Reference page, problem 4")
 SOURCE_LABELS = {"measured": "Harness run on this GPU", "h200-results": "Shipped H200 results",
                  "datasheet": "Datasheet"}
-# Session-state key where a harness JSON (text) is kept: the live-bench page or the uploader below.
+# Session-state keys of a harness run on this GPU: a JSON text (the uploader below, or any page
+# that sets it) and the live-kernels page's list of this session's BenchReports.
 BENCH_STATE_KEY = "kernels.bench_json"
+KERNELS_RUNS_KEY = "kernels_session_runs"
 EDGE_DEVICE = "jetson-agx-orin-64gb"
 MAX_UPLOAD_BYTES = 5_000_000  # a trace or harness file larger than this is refused, not parsed
 
@@ -236,18 +240,21 @@ url.write({
     "instr": _p("instruction"), "hz": _p("control_hz"),
 })
 
-# A harness run: uploaded here, or left in session state by the live-bench page.
+# A harness run on this GPU: uploaded here, or this session's runs on the live-kernels page.
 if uploaded_bench is not None:
     if uploaded_bench.size > MAX_UPLOAD_BYTES:
         st.sidebar.error("Harness JSON: file too large; ignored.")
     else:
         st.session_state[BENCH_STATE_KEY] = uploaded_bench.getvalue().decode("utf-8", "replace")
 measured_text = st.session_state.get(BENCH_STATE_KEY)
+if measured_text is None and st.session_state.get(KERNELS_RUNS_KEY):
+    measured_text = report_to_json(merge_reports(st.session_state[KERNELS_RUNS_KEY]))
 if measured_text is not None:
     try:
         load_bench_json(measured_text)
     except BenchJsonError as exc:
-        st.sidebar.error(f"Harness JSON: {exc}. Falling back to the next source.")
+        st.sidebar.error(f"Harness JSON: {exc}. Falling back to the next source.",
+                         icon=":material/error:")
         measured_text = None
 
 
@@ -288,14 +295,16 @@ with server_tab:
                        help="Concurrent sequences at the operating point ÷ TP")
         cols[1].metric("Users per GPU, contiguous", format_number(contiguous.users_per_gpu, 1))
         cols[2].metric("Tokens/s per GPU, paged", format_number(paged.tokens_per_s_per_gpu, 0))
-        cols[3].metric("Paged ÷ contiguous throughput",
+        cols[3].metric("Paging's throughput gain",
                        "—" if plan.paged_gain is None else f"{plan.paged_gain:.2f}×")
         cols = st.columns(4)
         cols[0].metric("Users per node, paged", format_number(paged.users_per_node, 0))
         cols[1].metric("TPOT at the paged batch", _fmt_ms(None if paged.step is None
                                                          else paged.step.step_s))
         cols[2].metric("Time to first token", _fmt_ms(plan.ttft_s))
-        cols[3].metric("KV budget per GPU", both(max(plan.kv_budget_bytes_per_gpu, 0)))
+        cols[3].metric("KV budget per GPU",
+                       format_bytes(max(plan.kv_budget_bytes_per_gpu, 0), largest="GiB"),
+                       help=both(max(plan.kv_budget_bytes_per_gpu, 0)))
 
         st.markdown(f"**What limits paging:** {paged.explanation}")
         st.markdown(f"**What limits contiguous allocation:** {contiguous.explanation}")

@@ -167,3 +167,12 @@ def test_edge_view_faster_control_loop_binds_first():
     assert any("What limits the robot:** memory" in md.value for md in at.markdown)
     at.slider(key="planner.control_hz").set_value(10.0).run()
     assert any("What limits the robot:** control step" in md.value for md in at.markdown)
+
+
+def test_the_live_kernels_pages_runs_count_as_measured():
+    from kernels.bench_records import load_bench_json
+
+    report = load_bench_json(_valid_bench_json(2.4))
+    at = _open({**REFERENCE_URL, "source": "measured"},
+               state={"kernels_session_runs": [report]})
+    assert any("Harness run on this GPU" in info.value for info in at.info)
