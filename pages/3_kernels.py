@@ -184,8 +184,11 @@ with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`
             sources[f"Uploaded: {upload.name}"] = load_bench_json(upload.getvalue())
         except ValueError as exc:
             st.error(f"**{upload.name}** is not a readable kernels.bench result: {exc}", icon=":material/error:")
-for path, why in shipped.rejected:
-    st.warning(f"Shipped file {path.name} was skipped: {why}", icon=":material/warning:")
+if shipped.rejected:  # e.g. tuning logs kept beside the harness results: listed, not shown
+    with st.expander(f"{len(shipped.rejected)} other file(s) in benchmarks/results are not harness results",
+                     icon=":material/draft:"):
+        for path, why in shipped.rejected:
+            st.caption(f"{path.name}: {why}")
 
 if not sources:
     st.info("No results to show yet: " + ("press **Run**." if backend.gpu else
