@@ -265,3 +265,23 @@ def test_largest_batch_meets_the_target_and_one_more_misses(context, tpot_ms):
                            context=context).step_s <= tpot
     assert decode_step(LLAMA70_FP8_TP8, H100, DATASHEET, batch=batch + 1,
                        context=context).step_s > tpot
+
+
+@settings(max_examples=60, deadline=None)
+@given(contiguous_fit=st.integers(0, 3000), extra=st.integers(0, 3000),
+       context=st.integers(2, 65_536), tpot_ms=st.one_of(st.none(), st.floats(1.0, 200.0)))
+def test_operating_points_respect_memory_and_target_and_paging_never_loses(
+        contiguous_fit, extra, context, tpot_ms):
+    contiguous = AllocatorFit(allocator="contiguous-max", label="c", sequences=contiguous_fit,
+                              utilisation=0.5)
+    paged = AllocatorFit(allocator="paged", label="p", sequences=contiguous_fit + extra,
+                         utilisation=0.99)
+    plan = plan_capacity(LLAMA70_FP8_TP8, H100, DATASHEET, contiguous=contiguous, paged=paged,
+                         context=context, tpot_target_s=None if tpot_ms is None else tpot_ms / 1e3)
+    for allocator in (plan.contiguous, plan.paged):
+        assert allocator.batch <= allocator.memory_batch
+        if allocator.step is not None and plan.tpot_target_s is not None:
+            assert allocator.step.step_s <= plan.tpot_target_s
+        assert allocator.binding_limit in ("memory", "latency")
+    # more sequences held never lowers throughput: B / (a + bB) grows with B
+    assert plan.paged.tokens_per_s >= plan.contiguous.tokens_per_s * (1 - 1e-12)
