@@ -82,11 +82,15 @@ def cached_snapshot(_workload: Workload, workload_key: tuple, config: SnapshotCo
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def cached_timeline(_workload: Workload, workload_key: tuple, rate: float | None, seed: int,
-                    config: TimelineConfig, _progress=None):
+                    config: TimelineConfig):
     workload = _workload
     if rate is not None:
         workload = workload.with_arrivals(poisson_arrivals(workload.size, rate, np.random.default_rng(seed + 2)))
-    return run_timeline(workload, config, progress=_progress)
+    # The bar is created here, not outside: cached functions may only update their own elements.
+    bar = st.progress(0.0, text="Simulating over time")
+    result = run_timeline(workload, config, progress=lambda share: bar.progress(share, text="Simulating over time"))
+    bar.empty()
+    return result
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -377,10 +381,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
     config = TimelineConfig(budget=values["budget"], max_context=values["max_context"], allocation=allocation,
                             block_size=values["block_size"], preemption=preemption,
                             decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
-    bar = st.progress(0.0, text="Simulating over time")
-    result = cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"], config,
-                             _progress=lambda share: bar.progress(share, text="Simulating over time"))
-    bar.empty()
+    result = cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"], config)
     cols = st.columns(5)
     cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
     cols[1].metric("Mean batch size", f"{result.mean_batch_size:,.1f}")

@@ -1,0 +1,155 @@
+"""AppTest of the fragmentation explorer: reference figures, widgets that move them, bad uploads,
+the URL round trip and the sizer hand-off."""
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from streamlit.testing.v1 import AppTest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = str(ROOT / "pages" / "2_fragmentation.py")
+GOOD_TRACE = b"arrived_at,num_prefill_tokens,num_decode_tokens\n" + b"".join(
+    b"%d,%d,%d\n" % (i, 1000 + 37 * i, 50 + i) for i in range(200))
+
+
+def open_page(query: dict | None = None, session: dict | None = None) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    for name, value in (query or {}).items():
+        at.query_params[name] = value
+    for name, value in (session or {}).items():
+        at.session_state[name] = value
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def metric(at: AppTest, label: str) -> float:
+    """The number shown by the metric called ``label`` (commas, %, units stripped)."""
+    for item in at.metric:
+        if item.label == label:
+            text = item.value.replace(",", "").replace("%", "").split()[0]
+            return float(text)
+    raise AssertionError(f"no metric {label!r}: {[m.label for m in at.metric]}")
+
+
+def array(values) -> np.ndarray:
+    """Plotly 7 ships numeric arrays as {"dtype", "bdata" (base64)}; plain lists otherwise."""
+    if isinstance(values, dict):
+        # Plotly picks the narrowest dtype (int16 here): widen before doing arithmetic.
+        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).astype(np.float64)
+    return np.asarray(values)
+
+
+def charts(at: AppTest) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def test_defaults_show_the_reference_page_figures():
+    at = open_page()
+    # Problem 4: 471.25 GiB, 160 KiB per token, 32K context, requests averaging 2,048 tokens.
+    assert metric(at, "Requests that fit: contiguous") == 94
+    assert metric(at, "Requests that fit: paged") == pytest.approx(1500, rel=0.03)
+    assert metric(at, "Utilisation: contiguous") == pytest.approx(6.25, abs=0.5)
+    assert metric(at, "Utilisation: paged") == pytest.approx(99.6, abs=0.1)
+    assert metric(at, "Empty slots per request: paged") == pytest.approx(7.5, abs=1.0)
+    figures = charts(at)
+    assert len(figures) >= 8
+    picture = figures[0]
+    assert len(picture["data"]) == 4 and all(array(trace["x"]).size == 40 for trace in picture["data"])
+    tokens, reserved_empty, _, last_block_empty = (array(trace["x"]) for trace in picture["data"])
+    # Contiguous: every request reserves the 32,768-token context; paged red slivers are ≤ B − 1 = 15.
+    np.testing.assert_array_equal(tokens + reserved_empty, 32_768)
+    assert last_block_empty.max() <= 15 and last_block_empty.min() >= 0
+
+
+def test_mean_slider_and_block_size_move_the_numbers():
+    at = open_page()
+    paged_at_2048 = metric(at, "Requests that fit: paged")
+    at.slider(key="frag.mean").set_value(1024).run()
+    assert not at.exception
+    # Half the tokens per request: about twice as many fit when paged; contiguous is unchanged.
+    assert metric(at, "Requests that fit: paged") / paged_at_2048 == pytest.approx(2.0, rel=0.05)
+    assert metric(at, "Requests that fit: contiguous") == 94
+    at.select_slider(key="frag.block").set_value(256).run()
+    # 256-token blocks leave about 127.5 empty slots per sequence.
+    assert metric(at, "Empty slots per request: paged") == pytest.approx(127.5, rel=0.1)
+    at.radio(key="frag.policy").set_value("oracle").run()
+    assert metric(at, "Requests that fit: contiguous") > 1000
+
+
+def test_upload_good_then_bad_keeps_previous_results():
+    at = open_page()
+    at.selectbox(key="frag.source").set_value("Upload a CSV").run()
+    at.file_uploader(key="frag.upload").set_value(("trace.csv", GOOD_TRACE, "text/csv")).run()
+    assert not at.exception and not at.error
+    fit_before = metric(at, "Requests that fit: paged")
+    utilisation_before = metric(at, "Utilisation: paged")
+    bad = b"arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,-4,5\n"
+    at.file_uploader(key="frag.upload").set_value(("bad.csv", bad, "text/csv")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "row 2, column num_prefill_tokens" in at.error[0].value
+    assert metric(at, "Requests that fit: paged") == fit_before
+    assert metric(at, "Utilisation: paged") == utilisation_before
+    for content, message in [(b"\x00\x01binary", "not a CSV"), (b"a,b\n1,2\n", "missing prompt column"),
+                             (b"prompt_tokens,output_tokens\n5,x\n", "row 1, column output_tokens")]:
+        at.file_uploader(key="frag.upload").set_value(("x.csv", content, "text/csv")).run()
+        assert message in at.error[0].value
+        assert metric(at, "Requests that fit: paged") == fit_before
+
+
+def test_url_reopens_identically():
+    at = open_page()
+    at.slider(key="frag.mean").set_value(4096).run()
+    at.select_slider(key="frag.block").set_value(32).run()
+    at.radio(key="frag.policy").set_value("pow2").run()
+    query = dict(at.query_params)
+    assert query["mean"] == "4096" and query["block"] == "32" and query["policy"] == "pow2"
+    again = open_page(query={k: v for k, v in query.items()})
+    for label in ("Requests that fit: contiguous", "Requests that fit: paged", "Utilisation: paged"):
+        assert metric(again, label) == metric(at, label)
+    assert again.slider(key="frag.mean").value == 4096
+
+
+def test_sizer_hand_off_is_used_and_named():
+    # The paper's Orca-Max case handed over by the sizer: 12 GiB at 800 KiB per token, 2,048 max.
+    session = {"sizer.kv_budget_bytes": 12 * 2**30, "sizer.per_token_bytes": 800 * 1024,
+               "sizer.max_context": 2048, "sizer.block_size": 16, "sizer.summary": "OPT-13B, 12 GiB of KV"}
+    at = open_page(session=session)
+    assert any("From the sizer: OPT-13B, 12 GiB of KV" in info.value for info in at.info)
+    assert metric(at, "Requests that fit: contiguous") == 7
+    # An explicit budget in the URL wins over the hand-off.
+    explicit = open_page(query={"budget": "tokens", "tokens": "65536", "ctx": "2048"}, session=session)
+    assert not any("From the sizer" in info.value for info in explicit.info)
+    assert metric(explicit, "Requests that fit: contiguous") == 32
+
+
+def test_over_time_contiguous_max_queues_where_paging_does_not():
+    at = open_page(query={"budget": "tokens", "tokens": "200000", "n": "2000", "rate": "5"})
+    assert metric(at, "Completed") == 2000
+    paged_wait = metric(at, "Mean wait")
+    paged_batch = metric(at, "Mean batch size")
+    at.selectbox(key="frag.allocator").set_value("contiguous-max").run()
+    assert not at.exception
+    # 200,000 slots hold six 32,768-slot reservations: the batch is capped and requests queue.
+    assert metric(at, "Mean batch size") <= 6
+    assert metric(at, "Mean batch size") < paged_batch
+    assert metric(at, "Mean wait") > paged_wait
+    assert metric(at, "Preemptions") == 0
+    memory = charts(at)[3]
+    assert {trace["name"] for trace in memory["data"]} >= {"token states", "internal fragmentation", "free"}
+
+
+def test_sharing_and_block_table_by_hand():
+    at = open_page()
+    table = next(df.value for df in at.dataframe if "blocks with sharing" in df.value.columns)
+    sampling = table.iloc[0]
+    # Prompt 500, B = 16, 4 samples of 200: 31 shared blocks + 4 × ⌈(4 + 200)/16⌉ = 83 against
+    # 4 × ⌈700/16⌉ = 176 unshared.
+    assert sampling["blocks with sharing"] == 83 and sampling["blocks without sharing"] == 176
+    at.number_input(key="frag.bt_pos").set_value(9).run()
+    text = " ".join(md.value for md in at.markdown)
+    # Default block-table view: B = 4, so p = 9 is logical block 2, offset 1.
+    assert "logical block p // B = 2, offset p % B = 1" in text
