@@ -11,6 +11,7 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from pages import _sizer_charts as charts
+from pages._router import run_through_router
 from pages._url_state import UrlState
 from sizing.errors import SizingError
 from sizing.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu
@@ -19,7 +20,7 @@ from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from sizing.report import SizingReport, SizingRequest, size_deployment
-from sizing.units import UnitSystem, format_bytes
+from sizing.units import UnitSystem, format_bytes, to_unit
 
 MODEL_SOURCES = ("Preset", "Manual", "config.json")
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
@@ -44,6 +45,7 @@ def fmt(n_bytes: int, system: UnitSystem) -> str:
     return format_bytes(n_bytes, system, largest="GiB" if system is UnitSystem.BINARY else "GB")
 
 
+run_through_router()
 st.title(":material/calculate: KV-cache sizer")
 st.caption(
     "KV bytes = 2 × layers × KV heads × head dim × bytes per value × tokens × users. "
@@ -194,12 +196,14 @@ with results:
     st.markdown(f"**{report.model.name}** · {report.model.attention} · {report.model.layers} layers, "
                 f"{report.model.q_heads} query / {report.model.kv_heads} KV heads, head dim "
                 f"{report.model.head_dim} · {report.kv_precision.label} KV · {report.gpu.name}")
-    m1, m2, m3, m4, m5 = st.columns(5)
+    m1, m2, m3 = st.columns(3)
     m1.metric("KV per token", fmt(report.per_token_bytes, system))
     m2.metric(f"Per user at {report.context:,}", fmt(report.per_user_bytes, system))
     m3.metric(f"KV, {report.users:,} users", fmt(report.kv_bytes_total, system))
+    m4, m5, m6 = st.columns(3)
     m4.metric("Weights", fmt(report.weights_bytes, system))
-    m5.metric("GPUs needed", f"{report.gpus.count:,}", help=f"total ÷ usable per GPU = {report.gpus.label}")
+    m5.metric("Weights + KV", fmt(report.total_bytes, system))
+    m6.metric("GPUs needed", f"{report.gpus.count:,}", help=f"total ÷ usable per GPU = {report.gpus.label}")
 
     st.subheader("The formula, with your numbers")
     st.markdown("\n".join(f"1. {step.text}" for step in report.steps))
@@ -233,7 +237,7 @@ with results:
     )
     options = pd.DataFrame([
         {"TP": o.tp, "KV heads / GPU": o.kv_heads_per_gpu, "replication": o.kv_replication,
-         f"weights / GPU ({big_unit})": round(o.weights_per_gpu_bytes / (1 << 30 if big_unit == "GiB" else 1e9), 1),
+         f"weights / GPU ({big_unit})": round(to_unit(o.weights_per_gpu_bytes, big_unit), 1),
          "users / replica": o.users_per_replica, "replicas": o.replicas, "GPUs": o.gpus,
          "spans nodes": o.spans_nodes}
         for o in plan.options

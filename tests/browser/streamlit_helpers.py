@@ -5,23 +5,23 @@ from __future__ import annotations
 import re
 import time
 
-# Streamlit shows this widget in the top-right corner while a script run is in progress.
-_RUNNING_SELECTOR = '[data-testid="stStatusWidget"]'
-# A rerun triggered by a widget can take a moment to show its status widget; wait this long
-# for the page to settle so that a finished run is not mistaken for one not yet started.
+# stApp carries the script state ('initial', 'running', 'notRunning'); after a run ends,
+# lazily loaded elements (metrics, charts) still show an stSkeleton placeholder for a moment.
+_IDLE_JS = """() => {
+  const app = document.querySelector('[data-testid="stApp"]');
+  return !!app && app.getAttribute('data-test-script-state') === 'notRunning'
+    && !document.querySelector('[data-testid="stSkeleton"], [data-testid="stAppSkeleton"]');
+}"""
+# A rerun triggered by a widget takes a moment to start: the page must stay idle this long.
 _SETTLE_S = 0.6
 
 
 def wait_idle(page, timeout_s: float = 90.0) -> None:
-    """Block until the app has finished its current script run (no 'Running...' widget)."""
+    """Block until the app has finished its script run and drawn every element."""
     deadline = time.monotonic() + timeout_s
-    page.wait_for_selector('[data-testid="stApp"]', timeout=timeout_s * 1000)
     quiet_since = None
     while time.monotonic() < deadline:
-        running = page.locator(_RUNNING_SELECTOR).count() > 0 and page.locator(
-            _RUNNING_SELECTOR
-        ).first.is_visible()
-        if running:
+        if not page.evaluate(_IDLE_JS):
             quiet_since = None
         elif quiet_since is None:
             quiet_since = time.monotonic()
@@ -34,7 +34,10 @@ def wait_idle(page, timeout_s: float = 90.0) -> None:
 def goto(page, url: str) -> None:
     """Open ``url`` and wait until the first script run has finished and rendered."""
     page.goto(url)
-    page.wait_for_selector('[data-testid="stMainBlockContainer"]', timeout=90_000)
+    # Every page starts with st.title: until its heading is drawn the app shows only a skeleton
+    # (and no 'Running...' widget yet), which wait_idle alone would take for a finished run.
+    page.wait_for_selector('[data-testid="stMainBlockContainer"] [data-testid="stHeading"]',
+                           timeout=90_000)
     wait_idle(page)
 
 
