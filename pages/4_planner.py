@@ -22,6 +22,7 @@ if str(_ROOT) not in sys.path:
 
 from kernels.bench_records import report_to_json
 from kernels.live import merge_reports
+from pages._router import run_through_router
 from pages._url_state import UrlState
 from sizing.bandwidth_sources import (
     SOURCES_IN_ORDER,
@@ -127,6 +128,7 @@ def _p(name: str):
     return st.session_state[f"planner.{name}"]
 
 
+run_through_router()  # a deep link to /planner as the first request still gets app.py's router
 st.title(":material/speed: Capacity planner")
 st.caption("How many users this hardware serves and at what time per output token, with "
            "contiguous KV reservation and with paging: the sizer, the fragmentation snapshot "
