@@ -34,7 +34,9 @@ __all__ = ["Backend", "default_backend", "RunPlan", "Step", "plan_steps", "run_p
 DECODE_SWEEP_CONTEXTS = (1024, 4096, 16384, 32768)
 DECODE_SWEEP_BATCHES = (1, 8, 32, 128)
 PREFILL_SWEEP_NS = (1024, 2048, 4096, 8192)
-MEMORY_NS = (1024, 2048, 4096, 8192, 16384, 32768)
+# Up to 64K: naive's S and P at 32 heads are 2 x 64 GiB at 32K (they fit in an H200's 141 GB,
+# measured) and 2 x 256 GiB at 64K, so the series reaches naive's out-of-memory point.
+MEMORY_NS = (1024, 2048, 4096, 8192, 16384, 32768, 65536)
 # Sweep points time the kernel and the strongest baselines only; the chosen shape gets all.
 SWEEP_DECODE_CONTENDERS = ("triton_paged", "gather_sdpa", "sdpa_flash", "sdpa_cudnn")
 SWEEP_PREFILL_CONTENDERS = ("triton_flash", "sdpa_flash", "sdpa_cudnn")
