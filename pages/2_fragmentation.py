@@ -371,7 +371,12 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                                                          value=url.get("tarr", True, bool))
     rate = cols[3].number_input("Arrival rate (requests/s, Poisson)", 0.01, 10_000.0, key="frag.rate",
                                 value=url.get("rate", 5.0, float), disabled=use_trace_arrivals)
-    cols = st.columns(3)
+    cols = st.columns(4)
+    spaces = [a.value for a in AddressSpace]
+    address_space = cols[3].selectbox("Contiguous address space", spaces, key="frag.space",
+                                      index=spaces.index(url.get("space", "buddy", str, spaces)),
+                                      disabled=allocation == Allocation.PAGED.value,
+                                      help="Buddy (the paper's Orca baselines) or first fit.")
     step_ms = cols[0].number_input("Decode step (ms)", 1.0, 1000.0, key="frag.step_ms",
                                    value=url.get("step", 25.0, float))
     prefill = cols[1].number_input("Prefill (tokens/s)", 100.0, 10**7 * 1.0, key="frag.prefill",
@@ -380,7 +385,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                                          value=url.get("batch", 256, int)))
     config = TimelineConfig(budget=values["budget"], max_context=values["max_context"], allocation=allocation,
                             block_size=values["block_size"], preemption=preemption,
-                            decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
+                            address_space=address_space, decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
     result = cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"], config)
     cols = st.columns(5)
     cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
@@ -397,7 +402,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
         st.plotly_chart(load, key="frag.chart.load")
     with right:
         st.plotly_chart(wait, key="frag.chart.wait")
-    state = {"alloc": allocation, "preempt": preemption, "rate": rate, "step": step_ms,
+    state = {"alloc": allocation, "preempt": preemption, "space": address_space, "rate": rate, "step": step_ms,
              "prefill": prefill, "batch": max_batch}
     if has_arrivals:
         state["tarr"] = use_trace_arrivals

@@ -138,6 +138,9 @@ def test_over_time_contiguous_max_queues_where_paging_does_not():
     assert metric(at, "Mean batch size") < paged_batch
     assert metric(at, "Mean wait") > paged_wait
     assert metric(at, "Preemptions") == 0
+    at.selectbox(key="frag.space").set_value("first-fit").run()
+    assert not at.exception and metric(at, "Completed") == 2000
+    assert at.query_params["space"] == "first-fit"
     memory = charts(at)[3]
     assert {trace["name"] for trace in memory["data"]} >= {"token states", "internal fragmentation", "free"}
 
