@@ -106,6 +106,8 @@ def _add_workload_options(parser: argparse.ArgumentParser) -> None:
                        help="total tokens per request (default lognormal)")
     group.add_argument("--mean", type=_positive_float, help=f"log-normal mean tokens (default {DEFAULT_MEAN_TOKENS:g})")
     group.add_argument("--sigma", type=_non_negative_float, help=f"log-normal sigma (default {DEFAULT_SIGMA})")
+    group.add_argument("--median", type=_positive_float, help="log-normal by median tokens (with --p90)")
+    group.add_argument("--p90", type=_positive_float, help="log-normal 90th percentile tokens (with --median)")
     group.add_argument("--low", type=_positive_int, help="uniform: fewest tokens")
     group.add_argument("--high", type=_positive_int, help="uniform: most tokens")
     group.add_argument("--length", type=_positive_int, help="fixed: tokens per request")
@@ -165,13 +167,24 @@ def _workload(args: argparse.Namespace, default_n: int, rng: np.random.Generator
         except TraceError as err:
             raise ArgumentError("--trace", str(err)) from None
         return workload.head(args.n) if args.n else workload
-    given = {name for name in ("mean", "sigma", "low", "high", "length") if getattr(args, name) is not None}
-    allowed = {"lognormal": {"mean", "sigma"}, "uniform": {"low", "high"}, "fixed": {"length"}}[args.dist]
+    given = {name for name in ("mean", "sigma", "median", "p90", "low", "high", "length")
+             if getattr(args, name) is not None}
+    allowed = {"lognormal": {"mean", "sigma", "median", "p90"}, "uniform": {"low", "high"},
+               "fixed": {"length"}}[args.dist]
     if stray := sorted(given - allowed):
         raise ArgumentError(f"--{stray[0]}", f"not used with --dist {args.dist}")
     if args.prompt_fraction > 1:
         raise ArgumentError("--prompt-fraction", f"must be in [0, 1], got {args.prompt_fraction}")
-    if args.dist == "lognormal":
+    by_quantiles = args.median is not None or args.p90 is not None
+    if args.dist == "lognormal" and by_quantiles:
+        if args.mean is not None or args.sigma is not None:
+            raise ArgumentError("--median", "give --mean/--sigma or --median/--p90, not both")
+        if args.median is None or args.p90 is None:
+            raise ArgumentError("--p90" if args.p90 is None else "--median", "--median and --p90 go together")
+        if args.p90 < args.median:
+            raise ArgumentError("--p90", f"must be >= --median ({args.median:g}), got {args.p90:g}")
+        lengths = LogNormal.from_median_p90(median=args.median, p90=args.p90)
+    elif args.dist == "lognormal":
         lengths = LogNormal(mean=args.mean or DEFAULT_MEAN_TOKENS,
                             sigma=DEFAULT_SIGMA if args.sigma is None else args.sigma)
     elif args.dist == "uniform":

@@ -56,6 +56,14 @@ def test_timeline_json_on_a_trace_and_on_poisson():
     assert poisson["completed"] == 300 and poisson["preemptions"] == 0
 
 
+def test_lognormal_by_median_and_p90():
+    # Fixed-length equivalent: median = P90 = 1,000 means sigma 0, every request 1,000 tokens.
+    report = json.loads(run_cli("snapshot", "--json", "--median", "1000", "--p90", "1000",
+                                "--kv-budget-tokens", "16128", "--max-context", "1024").stdout)
+    # 1,000 tokens take 63 blocks = 1,008 slots (8 empty); 16,128 slots hold 16 of them.
+    assert report["paged_fit"] == 16 and report["paged_waste_tokens_mean"] == 8
+
+
 def test_table_output_without_json():
     done = run_cli("snapshot", "--dist", "fixed", "--length", "100", "--kv-budget-tokens", "1000")
     assert done.returncode == 0
@@ -80,6 +88,9 @@ def test_table_output_without_json():
     (["timeline", "--allocator", "slab"], "--allocator"),
     (["timeline", "--preempt", "never"], "--preempt"),
     (["snapshot", "--sigma", "nan"], "--sigma"),
+    (["snapshot", "--median", "100"], "--p90"),
+    (["snapshot", "--median", "300", "--p90", "100"], "--p90"),
+    (["snapshot", "--mean", "300", "--median", "200", "--p90", "400"], "--median"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, argument):
     done = run_cli(*args)
