@@ -129,7 +129,9 @@ class Measurement:
 
     contender: str
     status: str  # one of STATUSES
-    median_ms: float | None = None  # triton.testing.do_bench, return_mode="median"
+    median_ms: float | None = None  # triton.testing.do_bench, return_mode="median" (see timing)
+    timing: str = ""  # "cuda_graph": replays of a captured graph of the call(s); "eager": plain calls
+    eager_ms: float | None = None  # the eager figure too (includes Python/launch overhead)
     unit: str = ""  # "TB/s" (decode: KV bytes read) or "TFLOP/s" (prefill)
     work: float | None = None  # bytes or FLOPs the rate counts (formula above)
     rate: float | None = None  # work / time in `unit`
@@ -456,8 +458,9 @@ def _fmt(x: float | None, spec: str) -> str:
 def _row_cells(m: Measurement) -> str:
     if m.status != "ok":
         return f"{m.contender:<17} {m.status:<13} {m.note[:60]}"
+    mark = "g" if m.timing == "cuda_graph" else " "
     return (
-        f"{m.contender:<17} {_fmt(m.median_ms, '9.4f')} ms {_fmt(m.rate, '8.2f')} {m.unit:<7} "
+        f"{m.contender:<17} {_fmt(m.median_ms, '9.4f')} ms{mark} {_fmt(m.rate, '8.2f')} {m.unit:<7} "
         f"{_fmt(None if m.share_of_measured is None else 100 * m.share_of_measured, '5.1f')}% meas "
         f"{_fmt(None if m.share_of_datasheet is None else 100 * m.share_of_datasheet, '5.1f')}% sheet "
         f"err {_fmt(m.max_abs_err, '.1e')}"
@@ -487,7 +490,7 @@ def format_report(report: BenchReport) -> str:
             peak = "-" if m.peak_bytes is None else f"{m.peak_bytes / 2**30:8.3f} GiB"
             lines.append(f"  N={m.seq_len:<6} {m.contender:<13} {m.status:<13} {peak:>12} "
                          f"{_fmt(m.median_ms, '9.3f')} ms {m.note[:50]}")
-    lines.append("\ntargets")
+    lines.append("\n(ms g: CUDA-graph replay; otherwise eager calls)\ntargets")
     for t in report.targets:
         mark = "MET " if t.met else "miss"
         lines.append(f"  [{mark}] {t.name:<28} {_fmt(t.measured, '7.3f')} (need >= {t.required})  {t.detail}")

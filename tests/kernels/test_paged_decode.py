@@ -146,7 +146,8 @@ def test_fp8_within_tolerance_of_dequantised_reference(per_head):
 
 
 def test_default_num_splits_fills_the_gpu():
-    assert default_num_splits(1, 8, 32768, 64, 132) == 33  # 264 programs / 8
+    assert default_num_splits(1, 8, 32768, 64, 132) == 66  # 528 programs / 8
+    assert default_num_splits(8, 8, 32768, 64, 132) == 9
     assert default_num_splits(128, 8, 32768, 64, 132) == 1
     assert default_num_splits(1, 8, 64, 64, 132) == 1  # one tile: nothing to split
     assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
