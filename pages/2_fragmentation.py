@@ -35,7 +35,7 @@ from simulation.workloads import (PRESETS, Fixed, LogNormal, TotalLengthSpec, Un
                                   Workload, poisson_arrivals, preset)
 
 TRACES_DIR = ROOT.parent / "shared" / "data" / "traces"
-SYNTHETIC = ("Log-normal", "Uniform", "Fixed")
+SYNTHETIC = ("Log-normal", "Log-normal (median, P90)", "Uniform", "Fixed")
 UPLOAD = "Upload a CSV"
 # Defaults: the reference page's problem 4 (506 GB of KV at 160 KiB per token ≈ 471.25 GiB).
 DEFAULT_GIB = 471.25
@@ -67,6 +67,8 @@ def cached_workload(source: str, mean: float, sigma: float, low: int, high: int,
     if source.startswith("Preset: "):
         return preset(source.removeprefix("Preset: ")).spec.generate(n, rng)
     lengths = {"Log-normal": lambda: LogNormal(mean=mean, sigma=sigma),
+               # Median and P90 travel in the low/high slots of the key for this source.
+               "Log-normal (median, P90)": lambda: LogNormal.from_median_p90(median=low, p90=max(low, high)),
                "Uniform": lambda: Uniform(low=low, high=max(low, high)),
                "Fixed": lambda: Fixed(length=length)}[source]()
     return TotalLengthSpec(lengths=lengths, prompt_fraction=prompt_share).generate(n, rng)
@@ -130,6 +132,10 @@ def read_controls(url: UrlState) -> dict:
                                              value=url.get("mean", 2048, int)))
             values["sigma"] = st.slider("Spread (log-normal sigma)", 0.0, 2.0, step=0.05, key="frag.sigma",
                                         value=url.get("sigma", 0.5, float))
+        elif source == "Log-normal (median, P90)":
+            values["low"], values["high"] = st.slider("Median and P90 tokens per request", 1, 32_768,
+                                                      key="frag.quantiles",
+                                                      value=(url.get("median", 1412, int), url.get("p90", 3000, int)))
         elif source == "Uniform":
             values["low"], values["high"] = st.slider("Tokens per request (range)", 1, 32_768, step=1,
                                                       key="frag.range", value=(url.get("low", 1024, int),
@@ -503,6 +509,8 @@ def main() -> None:
         state.update(mean=int(values["mean"]), sigma=values["sigma"])
     elif values["source"] == "Uniform":
         state.update(low=values["low"], high=values["high"])
+    elif values["source"] == "Log-normal (median, P90)":
+        state.update(median=values["low"], p90=values["high"])
     elif values["source"] == "Fixed":
         state.update(length=values["length"])
     if values["source"] in SYNTHETIC:

@@ -80,6 +80,16 @@ def test_mean_slider_and_block_size_move_the_numbers():
     assert metric(at, "Requests that fit: contiguous") > 1000
 
 
+def test_lognormal_by_median_and_p90():
+    at = open_page(query={"src": "Log-normal (median, P90)", "median": "2048", "p90": "2048"})
+    # Median = P90: sigma 0, every request exactly 2,048 tokens (a multiple of 16): no paged waste.
+    assert metric(at, "Empty slots per request: paged") == 0
+    assert metric(at, "Utilisation: paged") == 100
+    # The page's default budget: 471.25 GiB / 160 KiB = 3,088,384 slots; // 2,048 = 1,508.
+    assert 471.25 * 2**30 // (160 * 1024) == 3_088_384
+    assert metric(at, "Requests that fit: paged") == 3_088_384 // 2048 == 1508
+
+
 def test_upload_good_then_bad_keeps_previous_results():
     at = open_page()
     at.selectbox(key="frag.source").set_value("Upload a CSV").run()
