@@ -55,7 +55,7 @@ import torch.nn.functional as F  # noqa: E402
 from kernels.bench_records import (  # noqa: E402
     SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement,
     MemoryPoint, PrefillResult, PrefillShape, Provenance, compute_targets, copy_tbps,
-    decode_kv_bytes, format_report, prefill_flops, tbps, tflops, write_bench_json,
+    decode_kv_bytes, format_report, prefill_flops, tflops, write_bench_json,
 )
 
 __all__ = [
