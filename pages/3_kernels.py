@@ -32,6 +32,7 @@ from kernels.live_views import (  # noqa: E402
 )
 from kernels.online_softmax import online_softmax_attention, random_head  # noqa: E402
 from kernels.shipped_results import RESULTS_DIR, find_shipped_results, provenance_lines  # noqa: E402
+from pages._router import run_through_router  # noqa: E402
 
 try:
     from pages._url_state import UrlState
@@ -74,6 +75,7 @@ def _softmax_run(n: int, d: int, tile_q: int, tile_k: int, causal: bool, seed: i
 backend: Backend = st.session_state.get("kernels_backend") or _backend()
 url = UrlState()
 
+run_through_router()  # a deep link to /kernels as the first request still gets app.py's router
 st.title(":material/speed: Live kernels")
 st.caption("Triton paged-decode and tiled (FlashAttention-style) attention, timed against PyTorch's "
            "baselines and the reference page's traffic model.")
