@@ -43,6 +43,8 @@ DEFAULT_PER_TOKEN_BYTES = 160 * 1024
 CONTEXTS = tuple(1 << k for k in range(10, 18))  # 1K … 128K tokens
 BLOCK_SIZES = tuple(1 << k for k in range(9))   # 1 … 256 tokens
 POOL_COLUMNS = 16  # blocks per row in the block-table view's picture of the pool
+POOL_FREE_COLOUR, POOL_SHARED_COLOUR = "#eeeeee", "#7f7f7f"
+SEQUENCE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")  # one per demo sequence (≤ 4)
 # Figure-2 colours: tokens blue, reservation amber, internal red, external purple, free grey.
 COLOURS = {"token_states": "#1f77b4", "reservation": "#f0a202", "internal_fragmentation": "#d62728",
            "external_fragmentation": "#9467bd", "free": "#d9d9d9"}
@@ -185,7 +187,14 @@ def read_controls(url: UrlState) -> dict:
                                        value=url.get("ctx", sizer_context, int, CONTEXTS))
         block_size = st.select_slider("Block size (tokens)", BLOCK_SIZES, key="frag.block",
                                       value=url.get("block", sizer_block, int, BLOCK_SIZES))
-    values.update(mode=mode, budget=budget, max_context=max_context, block_size=block_size)
+        spaces = [a.value for a in AddressSpace]
+        address_space = st.radio("Contiguous allocator", spaces, key="frag.space", horizontal=True,
+                                 index=spaces.index(url.get("space", "buddy", str, spaces)),
+                                 format_func={"buddy": "Buddy", "first-fit": "First fit"}.get,
+                                 help="Buddy (the PagedAttention paper's Orca baselines) rounds each "
+                                      "reservation up to a power of two; first fit does not.")
+    values.update(mode=mode, budget=budget, max_context=max_context, block_size=block_size,
+                  address_space=address_space)
     return values
 
 
@@ -239,9 +248,10 @@ def sweep_figure(sweep) -> go.Figure:
     fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_mean, mode="lines+markers", name="simulated")
     fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_expected, mode="lines",
                     line=dict(dash="dash"), name="expected (B − 1)/2 ≈ B/2")
-    fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=sweep.block_sizes)
+    fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=sweep.block_sizes, tickangle=0)
     fig.update_yaxes(title_text="empty slots per sequence (tokens)")
-    fig.update_layout(height=360, margin=dict(t=30, b=10))
+    fig.update_layout(height=380, margin=dict(t=40, b=10), title="Paged waste against block size",
+                      legend=dict(orientation="h", y=-0.3))
     return fig
 
 
@@ -251,8 +261,8 @@ def breakdown_figure(names: list[str], breakdowns: list[MemoryBreakdown], title:
     for part, colour in COLOURS.items():
         fig.add_bar(y=names, x=[100 * s[part] for s in shares], orientation="h", name=LABELS[part],
                     marker_color=colour)
-    fig.update_layout(barmode="stack", height=300, title=title, margin=dict(t=40, b=10),
-                      xaxis_title="% of the KV budget", legend=dict(orientation="h", y=-0.25))
+    fig.update_layout(barmode="stack", height=380, title=title, margin=dict(t=40, b=10),
+                      xaxis_title="% of the KV budget", legend=dict(orientation="h", y=-0.3))
     return fig
 
 
@@ -278,27 +288,37 @@ def timeline_figures(result, budget_tokens: int) -> tuple[go.Figure, go.Figure, 
 
 
 def pool_figure(demo, pool_blocks: int) -> go.Figure:
-    """The physical pool as a grid: which sequence holds each block, shared blocks marked."""
+    """The physical pool as a grid: free, held by one sequence (its colour), or shared."""
     columns = POOL_COLUMNS
-    owner = np.full(pool_blocks, -1.0)
-    text = [""] * pool_blocks
+    sequences = len(demo.tables)
+    # Categories: 0 free, 1..n the sequence holding the block alone, n + 1 shared.
+    category = np.zeros(pool_blocks)
+    text = ["free"] * pool_blocks
     for sequence, table in enumerate(demo.tables):
         for logical, physical in enumerate(table):
             shared = demo.ref_count[physical] > 1
-            owner[physical] = len(demo.tables) if shared else sequence
-            label = "shared" if shared else f"s{sequence}"
-            text[physical] = f"{label} L{logical}<br>ref {demo.ref_count[physical]}"
-    grid = owner.reshape(-1, columns)
-    labels = np.asarray(text, dtype=object).reshape(-1, columns)
-    fig = go.Figure(go.Heatmap(z=grid, text=labels, texttemplate="%{text}", showscale=False,
-                               colorscale="Turbo", zmin=-1, zmax=len(demo.tables),
-                               hovertemplate="physical block %{customdata}<extra></extra>",
-                               customdata=np.arange(pool_blocks).reshape(-1, columns), xgap=2, ygap=2))
+            category[physical] = sequences + 1 if shared else sequence + 1
+            owner = "shared" if shared else f"seq {sequence}"
+            text[physical] = f"#{physical}<br>{owner} L{logical}<br>ref {demo.ref_count[physical]}"
+    colours = [POOL_FREE_COLOUR, *SEQUENCE_COLOURS[:sequences], POOL_SHARED_COLOUR]
+    steps = len(colours)
+    scale = [stop for i, colour in enumerate(colours) for stop in ((i / steps, colour), ((i + 1) / steps, colour))]
+    fig = go.Figure(go.Heatmap(
+        z=category.reshape(-1, columns), text=np.asarray(text, dtype=object).reshape(-1, columns),
+        texttemplate="%{text}", showscale=False, colorscale=scale, zmin=-0.5, zmax=steps - 0.5,
+        hoverinfo="text", xgap=2, ygap=2))
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_xaxes(showticklabels=False)
-    fig.update_layout(height=60 * grid.shape[0] + 40, margin=dict(t=10, b=10),
-                      title=None)
+    fig.update_layout(height=70 * (pool_blocks // columns) + 40, margin=dict(t=10, b=10))
     return fig
+
+
+def format_bytes(count: float) -> str:
+    """Bytes in the largest binary unit that keeps the number ≥ 1 (KiB, MiB, GiB)."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:,.2f} {unit}"
+    return f"{count:,.0f} B"
 
 
 # ---- sections ------------------------------------------------------------------------------------
@@ -314,7 +334,8 @@ def snapshot_section(url: UrlState, values: dict, workload: Workload, key: tuple
     progress = right.slider("Output generated at the snapshot (%)", 0, 100, step=5, key="frag.progress",
                             value=url.get("progress", 100, int), disabled=random_moment)
     config = SnapshotConfig(budget=values["budget"], max_context=values["max_context"],
-                            block_size=values["block_size"], policy=policy, address_space=AddressSpace.BUDDY,
+                            block_size=values["block_size"], policy=policy,
+                            address_space=values["address_space"],
                             progress=None if random_moment else progress / 100)
     result, rows, sweep = cached_snapshot(workload, key, config, values["seed"])
     cols = st.columns(4)
@@ -327,8 +348,8 @@ def snapshot_section(url: UrlState, values: dict, workload: Workload, key: tuple
     cols[1].metric("Empty slots per request: paged", f"{result.paged.waste_tokens_mean:,.1f}",
                    help=f"At most B − 1 = {values['block_size'] - 1}; about B/2 on average.")
     if result.paged_waste_bytes_mean is not None:
-        cols[2].metric("Wasted per request: contiguous", f"{result.contiguous_waste_bytes_mean / 2**20:,.1f} MiB")
-        cols[3].metric("Wasted per request: paged", f"{result.paged_waste_bytes_mean / 2**20:,.2f} MiB")
+        cols[2].metric("Wasted per request: contiguous", format_bytes(result.contiguous_waste_bytes_mean))
+        cols[3].metric("Wasted per request: paged", format_bytes(result.paged_waste_bytes_mean))
     notes = [f"{result.requests:,} requests from {workload.source}"]
     if result.clipped:
         notes.append(f"{result.clipped:,} cut to the {values['max_context']:,}-token context")
@@ -343,7 +364,7 @@ def snapshot_section(url: UrlState, values: dict, workload: Workload, key: tuple
         st.plotly_chart(sweep_figure(sweep), key="frag.chart.sweep")
     with right:
         st.plotly_chart(breakdown_figure([r.name for r in rows], [r.summary.breakdown for r in rows],
-                                         "Where the KV memory goes (PagedAttention fig. 2)"),
+                                         "Where the memory goes (paper's fig. 2)"),
                         key="frag.chart.breakdown")
     table = pd.DataFrame([{
         "scheme": r.name, "requests that fit": r.summary.fit, "utilisation": r.summary.utilisation,
@@ -352,8 +373,9 @@ def snapshot_section(url: UrlState, values: dict, workload: Workload, key: tuple
         "token share of used memory": r.summary.breakdown.token_share_of_used,
     } for r in rows])
     st.dataframe(table, hide_index=True, key="frag.table", column_config={
-        c: st.column_config.NumberColumn(format="percent") for c in table.columns
-        if c not in ("scheme", "requests that fit", "empty slots per request")})
+        "empty slots per request": st.column_config.NumberColumn(format="%.1f"),
+        **{c: st.column_config.NumberColumn(format="percent") for c in table.columns
+           if c not in ("scheme", "requests that fit", "empty slots per request")}})
     st.download_button(":material/download: Summary as CSV", table.to_csv(index=False).encode(),
                        file_name="fragmentation_summary.csv", mime="text/csv", key="frag.download")
     return {"policy": policy, "progress": progress, "random": random_moment}
@@ -378,12 +400,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                                                          value=url.get("tarr", True, bool))
     rate = cols[3].number_input("Arrival rate (requests/s, Poisson)", 0.01, 10_000.0, key="frag.rate",
                                 value=url.get("rate", 5.0, float), disabled=use_trace_arrivals)
-    cols = st.columns(4)
-    spaces = [a.value for a in AddressSpace]
-    address_space = cols[3].selectbox("Contiguous address space", spaces, key="frag.space",
-                                      index=spaces.index(url.get("space", "buddy", str, spaces)),
-                                      disabled=allocation == Allocation.PAGED.value,
-                                      help="Buddy (the paper's Orca baselines) or first fit.")
+    cols = st.columns(3)
     step_ms = cols[0].number_input("Decode step (ms)", 1.0, 1000.0, key="frag.step_ms",
                                    value=url.get("step", 25.0, float))
     prefill = cols[1].number_input("Prefill (tokens/s)", 100.0, 10**7 * 1.0, key="frag.prefill",
@@ -392,7 +409,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                                          value=url.get("batch", 256, int)))
     config = TimelineConfig(budget=values["budget"], max_context=values["max_context"], allocation=allocation,
                             block_size=values["block_size"], preemption=preemption,
-                            address_space=address_space, decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
+                            address_space=values["address_space"], decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
     result = cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"], config)
     cols = st.columns(5)
     cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
@@ -409,7 +426,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
         st.plotly_chart(load, key="frag.chart.load")
     with right:
         st.plotly_chart(wait, key="frag.chart.wait")
-    state = {"alloc": allocation, "preempt": preemption, "space": address_space, "rate": rate, "step": step_ms,
+    state = {"alloc": allocation, "preempt": preemption, "rate": rate, "step": step_ms,
              "prefill": prefill, "batch": max_batch}
     if has_arrivals:
         state["tarr"] = use_trace_arrivals
@@ -468,6 +485,9 @@ def block_table_section(url: UrlState, values: dict) -> dict:
                             shared_prompt=shared, num_blocks=pool_blocks, token_bytes=per_token,
                             rng=np.random.default_rng(values["seed"]))
     st.plotly_chart(pool_figure(demo, pool_blocks), key="frag.chart.pool")
+    st.caption("The physical pool (a shuffled free list, as in a pool that has been in use): grey "
+               "blocks are free, coloured ones belong to one sequence, dark grey ones are shared; "
+               "L is the logical block, ref the reference count.")
     cols = st.columns(2)
     sequence = cols[0].selectbox("Sequence", range(sequences), key="frag.bt_seq",
                                  index=min(url.get("btq", 0, int), sequences - 1))
@@ -504,7 +524,7 @@ def main() -> None:
         [":material/photo_camera: Snapshot", ":material/timeline: Over time", ":material/share: Sharing",
          ":material/table_chart: Block table"])
     state = {"src": values["source"], "n": values["n"], "seed": values["seed"], "budget": values["mode"],
-             "ctx": values["max_context"], "block": values["block_size"]}
+             "ctx": values["max_context"], "block": values["block_size"], "space": values["address_space"]}
     if values["source"] == "Log-normal":
         state.update(mean=int(values["mean"]), sigma=values["sigma"])
     elif values["source"] == "Uniform":

@@ -77,7 +77,13 @@ def test_mean_slider_and_block_size_move_the_numbers():
     # 256-token blocks leave about 127.5 empty slots per sequence.
     assert metric(at, "Empty slots per request: paged") == pytest.approx(127.5, rel=0.1)
     at.radio(key="frag.policy").set_value("oracle").run()
-    assert metric(at, "Requests that fit: contiguous") > 1000
+    oracle_buddy = metric(at, "Requests that fit: contiguous")
+    assert oracle_buddy > 1000
+    # First fit reserves exactly prompt + output: no power-of-two rounding, so more fit than with
+    # the buddy allocator (whose chunks average ~1.4× the request for spread-out lengths).
+    at.radio(key="frag.space").set_value("first-fit").run()
+    assert metric(at, "Requests that fit: contiguous") > 1.2 * oracle_buddy
+    assert metric(at, "Utilisation: contiguous") == 100
 
 
 def test_lognormal_by_median_and_p90():
@@ -148,7 +154,7 @@ def test_over_time_contiguous_max_queues_where_paging_does_not():
     assert metric(at, "Mean batch size") < paged_batch
     assert metric(at, "Mean wait") > paged_wait
     assert metric(at, "Preemptions") == 0
-    at.selectbox(key="frag.space").set_value("first-fit").run()
+    at.radio(key="frag.space").set_value("first-fit").run()
     assert not at.exception and metric(at, "Completed") == 2000
     assert at.query_params["space"] == "first-fit"
     memory = charts(at)[3]
