@@ -77,85 +77,38 @@ def _interpreting() -> bool:
 
 
 @triton.jit
-def _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP: tl.constexpr):
+def _exp2_poly(x):
+    """2^x for x <= 0 on the FMA/ALU pipes instead of the MUFU unit (FlashAttention-4's trick).
+
+    x = j + f with j = round(x) and f in [-0.5, 0.5]; 2^f by a degree-3 polynomial (relative
+    error 1.4e-4, below bf16's 3.9e-3 rounding of P); 2^j added to the exponent bits.
+    """
+    x = tl.maximum(x, -126.0)  # keeps the exponent field >= 0; 2^-126 is zero for softmax
+    t = x + 12582912.0  # 1.5 * 2^23: round-to-nearest puts j in t's low mantissa bits
+    j = t - 12582912.0
+    f = x - j
+    p = 0.05502926645151382 * f + 0.24225698192661405
+    p = p * f + 0.6932530549963523
+    p = p * f + 0.9999513386570449
+    # (bits(t) << 23) == j << 23 modulo 2^32: adds j to the exponent of p.
+    bits = p.to(tl.int32, bitcast=True) + (t.to(tl.int32, bitcast=True) << 23)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _softmax_step(qk, m_i, l_i, qk_scale, POLY_EXP: tl.constexpr):
     """Online-softmax update for one score tile: returns (p, alpha, m_new, l_new)."""
     m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    if PACKED_EXP == 0:
-        p = tl.math.exp2(qk * qk_scale - m_ij[:, None])  # one FMA + exp2 per score
-        l_ij = tl.sum(p, 1)
-    elif PACKED_EXP == 1:
-        # Packed bf16 pairs (sm_90). P is rounded to bf16 for the P·V product anyway; the row
-        # sum uses the same rounded P.
-        x = (qk * qk_scale - m_ij[:, None]).to(tl.bfloat16)
-        p = tl.inline_asm_elementwise(
-            "ex2.approx.ftz.bf16x2 $0, $1;", "=r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=2
-        )
-        l_ij = tl.sum(p.to(tl.float32), 1)
+    x = qk * qk_scale - m_ij[:, None]  # one FMA per score; <= 0
+    if POLY_EXP:
+        # Odd columns on the FMA pipe, even columns on MUFU: halves the MUFU work per tile.
+        # Adjacent columns sit in one thread's registers, so split/join move no data.
+        xa, xb = tl.split(tl.reshape(x, [x.shape[0], x.shape[1] // 2, 2]))
+        p = tl.reshape(tl.join(tl.math.exp2(xa), _exp2_poly(xb)), [x.shape[0], x.shape[1]])
     else:
-        # Same with packed fp16 pairs (sm_75+), for fp16 inputs.
-        x = (qk * qk_scale - m_ij[:, None]).to(tl.float16)
-        p = tl.inline_asm_elementwise(
-            "ex2.approx.f16x2 $0, $1;", "=r,r", [x], dtype=tl.float16, is_pure=True, pack=2
-        )
-        l_ij = tl.sum(p.to(tl.float32), 1)
+        p = tl.math.exp2(x)
     alpha = tl.math.exp2(m_i - m_ij)  # 1 where the max did not move
-    return p, alpha, m_ij, l_i * alpha + l_ij
-
-
-@triton.jit
-def _load_kv_tile(
-    base,  # pointer to token 0 of this KV head, or the tensor descriptor (USE_TMA)
-    row0,  # USE_TMA: row of token 0 in the flattened view
-    start_n,  # first token of the tile
-    stride_n,  # token stride (pointer path)
-    offs_n,
-    offs_d,
-    USE_TMA: tl.constexpr,
-    COMPUTE_F32: tl.constexpr,
-):
-    """Load one whole [BLOCK_N, HEAD_DIM] K or V tile with no mask (all its tokens exist)."""
-    if USE_TMA:
-        t = base.load([row0 + start_n, 0])
-    else:
-        t = tl.load(base + (start_n + offs_n)[:, None] * stride_n + offs_d[None, :])
-    if COMPUTE_F32:
-        t = t.to(tl.float32)
-    return t
-
-
-@triton.jit
-def _attn_fwd_inner_overlap(
-    acc, l_i, m_i, q,  # running state and the query tile, as in _attn_fwd_inner
-    k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
-    lo,  # first key (multiple of BLOCK_N)
-    hi,  # one past the last key; (hi - lo) is a positive multiple of BLOCK_N
-    qk_scale,
-    BLOCK_N: tl.constexpr,
-    COMPUTE_F32: tl.constexpr,
-    USE_TMA: tl.constexpr,
-    PACKED_EXP: tl.constexpr,
-):
-    """Unmasked key tiles with the next tile's Q·Kᵀ issued before this tile's softmax.
-
-    The tensor cores' asynchronous wgmma for tile j+1 can then run while the exp2/max/sum of
-    tile j occupy the other units (FlashAttention-3's intra-warpgroup overlap, expressed as
-    a software-pipelined loop). Costs one more score tile of registers.
-    """
-    k = _load_kv_tile(k_base, kv_row0, lo, stride_kn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
-    qk = tl.dot(q, tl.trans(k))
-    for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
-        k = _load_kv_tile(k_base, kv_row0, start_n + BLOCK_N, stride_kn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
-        qk_next = tl.dot(q, tl.trans(k))  # next tile's scores, independent of this softmax
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
-        acc = acc * alpha[:, None]
-        v = _load_kv_tile(v_base, kv_row0, start_n, stride_vn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
-        acc = tl.dot(p.to(v.dtype), v, acc)
-        qk = qk_next
-    p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
-    acc = acc * alpha[:, None]
-    v = _load_kv_tile(v_base, kv_row0, hi - BLOCK_N, stride_vn, offs_n, offs_d, USE_TMA, COMPUTE_F32)
-    acc = tl.dot(p.to(v.dtype), v, acc)
-    return acc, l_i, m_i
+    return p, alpha, m_ij, l_i * alpha + tl.sum(p, 1)
 
 
 @triton.jit
@@ -181,7 +134,7 @@ def _attn_fwd_inner(
     COMPUTE_F32: tl.constexpr,  # interpreter only: do the products in float32
     USE_TMA: tl.constexpr,  # K/V tiles come through Hopper's bulk tensor copy (descriptors)
     WARP_SPEC: tl.constexpr,  # let Triton split producer / consumer warps (where supported)
-    PACKED_EXP: tl.constexpr,  # 0: fp32 exp2; 1: packed bf16x2 ex2; 2: packed f16x2 ex2 (GPU only)
+    POLY_EXP: tl.constexpr,  # half the exponentials by polynomial on the FMA pipe
 ):
     for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPEC):
         offs_kn = start_n + offs_n
@@ -210,7 +163,7 @@ def _attn_fwd_inner(
             qk = tl.where(offs_kn[None, :] < n_ctx, qk, float("-inf"))
         # Every row sees at least one key in its first tile, so the running max is finite and
         # (-inf) - max is -inf, never NaN.
-        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, PACKED_EXP)
+        p, alpha, m_i, l_i = _softmax_step(qk, m_i, l_i, qk_scale, POLY_EXP)
         acc = acc * alpha[:, None]
         if USE_TMA:
             v = v_base.load([kv_row0 + start_n, 0])
@@ -255,8 +208,7 @@ def _attn_fwd_kernel(
     COMPUTE_F32: tl.constexpr,  # interpreter only (bf16 tl.dot is wrong there)
     USE_TMA: tl.constexpr,  # Q/K/V are tensor descriptors (contiguous inputs, Hopper+)
     WARP_SPEC: tl.constexpr,  # warp-specialised inner loop (triton >= 3.4 where supported)
-    PACKED_EXP: tl.constexpr,  # see _softmax_step
-    OVERLAP: tl.constexpr,  # unmasked loop issues the next Q·Kᵀ before this softmax
+    POLY_EXP: tl.constexpr,  # see _softmax_step
 ):
     num_m = tl.cdiv(n_ctx, BLOCK_M)
     if CAUSAL:
@@ -298,41 +250,27 @@ def _attn_fwd_kernel(
 
     if CAUSAL:
         # Off-diagonal: keys [0, start_m*BLOCK_M) are all <= every query of this block.
-        if OVERLAP:
-            if start_m > 0:
-                acc, l_i, m_i = _attn_fwd_inner_overlap(
-                    acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
-                    0, start_m * BLOCK_M, qk_scale, BLOCK_N, COMPUTE_F32, USE_TMA, PACKED_EXP,
-                )
-        else:
-            acc, l_i, m_i = _attn_fwd_inner(
-                acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-                0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
-                PACKED_EXP,
-            )
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, start_m * BLOCK_M, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC,
+            POLY_EXP,
+        )
         # Diagonal: keys [start_m*BLOCK_M, (start_m+1)*BLOCK_M), masked.
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
             start_m * BLOCK_M, tl.minimum((start_m + 1) * BLOCK_M, n_ctx), n_ctx, qk_scale,
-            BLOCK_N, 1, COMPUTE_F32, USE_TMA, False, PACKED_EXP,
+            BLOCK_N, 1, COMPUTE_F32, USE_TMA, False, POLY_EXP,
         )
     else:
         n_full = (n_ctx // BLOCK_N) * BLOCK_N  # keys in whole tiles
-        if OVERLAP:
-            if n_full > 0:
-                acc, l_i, m_i = _attn_fwd_inner_overlap(
-                    acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_n, offs_d,
-                    0, n_full, qk_scale, BLOCK_N, COMPUTE_F32, USE_TMA, PACKED_EXP,
-                )
-        else:
-            acc, l_i, m_i = _attn_fwd_inner(
-                acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-                0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC, PACKED_EXP,
-            )
+        acc, l_i, m_i = _attn_fwd_inner(
+            acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
+            0, n_full, n_ctx, qk_scale, BLOCK_N, 0, COMPUTE_F32, USE_TMA, WARP_SPEC, POLY_EXP,
+        )
         # At most one partial tile left: mask the keys past n_ctx.
         acc, l_i, m_i = _attn_fwd_inner(
             acc, l_i, m_i, q, k_base, v_base, kv_row0, stride_kn, stride_vn, offs_m, offs_n, offs_d,
-            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32, USE_TMA, False, PACKED_EXP,
+            n_full, n_ctx, n_ctx, qk_scale, BLOCK_N, 2, COMPUTE_F32, USE_TMA, False, POLY_EXP,
         )
 
     acc = acc / l_i[:, None]
@@ -360,11 +298,8 @@ class FlashConfig:
     use_tma: bool = False
     # tl.range(..., warp_specialize=True) on the hot loop: producer/consumer warp split.
     warp_specialize: bool = False
-    # Exponentials on packed 16-bit pairs (ex2.approx.{bf16x2,f16x2}): twice the MUFU rate,
-    # P rounded to the input dtype before the exponential instead of after. GPU only.
-    packed_exp: bool = False
-    # Software-pipeline the unmasked loop: next tile's Q·Kᵀ issued before this tile's softmax.
-    overlap: bool = False
+    # Half of the exponentials by a polynomial on the FMA pipe (see _exp2_poly).
+    poly_exp: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -379,14 +314,18 @@ class FlashConfig:
             raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
 
 
-# Per-shape table, tuned on an H200 (see benchmarks/NOTES-prefill.md and kernels/tune_flash.py).
-# Key: (head_dim, causal). Hopper wgmma wants BLOCK_M = 128 (two warpgroups with 8 warps).
+# Per-shape table, tuned on an H200 (benchmarks/NOTES-prefill.md, kernels/tune_flash.py).
+# Key: (head_dim, causal). BLOCK_M = 128 with 8 warps = two warpgroups of m64 wgmma; TMA
+# descriptor loads keep registers under the 255 cap (198 vs 255 for pointer loads).
 _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
-    (64, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
-    (64, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
-    (128, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
-    (128, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
+    (64, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
+    (64, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
+    (128, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
+    (128, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
 }
+# Below this many tokens a launch takes ~0.1 ms or less and the host-side descriptor set-up
+# shows in the time (measured at N = 1K, B = 1: TMA 126 TFLOP/s against 221-357 with pointers).
+_TMA_MIN_TOKENS = 2048
 # Interpreter (CPU tests): small tiles so tails and several tiles are exercised at tiny N.
 _INTERPRETER_CONFIG = FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1)
 
@@ -396,17 +335,12 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
     if _interpreting():
         return _INTERPRETER_CONFIG
     cfg = _GPU_CONFIGS[(head_dim, causal)]
-    if n_ctx <= 64 and cfg.block_m > 64:
+    if n_ctx <= 64:
         # Very short prompts: a 128-row tile would be mostly padding.
         return FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
+    if n_ctx < _TMA_MIN_TOKENS:
+        return dataclasses.replace(cfg, use_tma=False)
     return cfg
-
-
-def _packed_exp_mode(cfg: FlashConfig, dtype: torch.dtype) -> int:
-    """PACKED_EXP constexpr: 0 (fp32 exp2), 1 (bf16x2) or 2 (f16x2); never under the interpreter."""
-    if not cfg.packed_exp or _interpreting():
-        return 0
-    return 1 if dtype == torch.bfloat16 else 2
 
 
 def _tma_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
@@ -540,8 +474,7 @@ def flash_attention_forward(
         COMPUTE_F32=_interpreting(),
         USE_TMA=use_tma,
         WARP_SPEC=cfg.warp_specialize,
-        PACKED_EXP=_packed_exp_mode(cfg, q.dtype),
-        OVERLAP=cfg.overlap,
+        POLY_EXP=cfg.poly_exp,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
