@@ -279,8 +279,11 @@ def timeline_figures(result, budget_tokens: int) -> tuple[go.Figure, go.Figure, 
     load.add_scatter(x=series.time_s, y=series.queue_length, name="queue")
     load.add_scatter(x=series.time_s, y=series.preemptions, name="preemptions (cumulative)",
                      line=dict(dash="dot"), secondary_y=True)
-    load.update_layout(height=320, margin=dict(t=30, b=10), title="Batch, queue and preemptions")
+    load.update_layout(height=360, margin=dict(t=30, b=10), title="Batch, queue and preemptions",
+                       legend=dict(orientation="h", y=-0.3))
     load.update_xaxes(title_text="time (s)")
+    load.update_yaxes(title_text="requests", rangemode="tozero", secondary_y=False)
+    load.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=True)
     wait = go.Figure(go.Histogram(x=result.wait_s[np.isfinite(result.wait_s)], nbinsx=60))
     wait.update_layout(height=300, margin=dict(t=30, b=10), title="Each request's wait",
                        xaxis_title="wait from arrival to admission (s)", yaxis_title="requests")
@@ -420,6 +423,8 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                         f"stalls {result.preemption_stall_s:,.1f} s")
     cols[4].metric("Mean wait", f"{result.mean_wait_s:,.2f} s")
     memory, load, wait = timeline_figures(result, values["budget"].tokens)
+    st.caption("Lower the KV budget in the sidebar to watch the pool fill: contiguous reservations "
+               "queue new requests, paging preempts running ones.")
     st.plotly_chart(memory, key="frag.chart.memory")
     left, right = st.columns(2)
     with left:
