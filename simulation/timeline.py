@@ -54,6 +54,9 @@ DEFAULT_MAX_BATCH = 256
 PAGED_WATERMARK = 0.01
 # Points kept in the plotted time series.
 DEFAULT_SERIES_POINTS = 1_000
+# Longest jump over decode steps; None = unlimited. Tests set it to 1 to check the closed-form jumps
+# against plain step-by-step simulation.
+_JUMP_LIMIT: int | None = None
 # How often (in completed requests, as a share of all) the progress callback is called.
 PROGRESS_EVERY = 0.01
 
@@ -487,6 +490,8 @@ class _Simulation:
             if self.paged and self._blocks_needed(1) > self.free_blocks:
                 self._preempt_for_next_step()
             steps = int((self.run_final - self.run_len).min())
+            if _JUMP_LIMIT is not None:
+                steps = min(steps, _JUMP_LIMIT)
             if not self.queue and self.next_arrival < total:
                 wait = self.arrival[self.order[self.next_arrival]] - self.time
                 steps = min(steps, max(1, math.ceil(wait / step_s)))

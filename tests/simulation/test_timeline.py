@@ -118,3 +118,28 @@ def test_whole_conversation_trace_with_a_paged_pool():
     decode_s = workload.output_tokens.mean() * result.config.decode_step_s
     stalled = workload.prompt_tokens.sum() / result.config.prefill_tokens_per_s / result.duration_s
     assert result.mean_batch_size == pytest.approx(rate * decode_s / (1 - stalled), rel=0.05)
+
+
+@pytest.mark.parametrize("allocation, preemption", [("paged", "recompute"), ("paged", "swap"),
+                                                    ("contiguous-pow2", "recompute")])
+def test_jumps_equal_step_by_step_simulation(monkeypatch, allocation, preemption):
+    """The event jumps and their closed-form integrals give what one step at a time gives."""
+    import simulation.timeline as timeline
+
+    rng = np.random.default_rng(11)
+    workload = Workload(prompt_tokens=rng.integers(1, 300, 150), output_tokens=rng.integers(1, 200, 150),
+                        arrival_s=np.sort(rng.uniform(0, 30, 150)))
+    config = TimelineConfig(budget=KvBudget(tokens=3000), max_context=512, allocation=allocation,
+                            preemption=preemption, block_size=16, max_batch=12)
+    jumped = run_timeline(workload, config)
+    monkeypatch.setattr(timeline, "_JUMP_LIMIT", 1)
+    stepped = run_timeline(workload, config)
+    assert jumped.completed == stepped.completed == 150
+    assert jumped.preemptions == stepped.preemptions
+    if allocation == "paged":
+        assert jumped.preemptions > 0  # the budget is tight enough to exercise preemption
+    assert jumped.duration_s == pytest.approx(stepped.duration_s, rel=1e-9)
+    np.testing.assert_allclose(jumped.wait_s, stepped.wait_s, rtol=1e-9, atol=1e-9)
+    for part in ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free"):
+        assert getattr(jumped.breakdown, part) == pytest.approx(getattr(stepped.breakdown, part), rel=1e-9, abs=1e-6)
+    assert jumped.mean_batch_size == pytest.approx(stepped.mean_batch_size, rel=1e-9)
