@@ -146,8 +146,10 @@ def test_fp8_within_tolerance_of_dequantised_reference(per_head):
 
 
 def test_default_num_splits_fills_the_gpu():
-    assert default_num_splits(1, 8, 32768, 64, 132) == 66  # 528 programs / 8
-    assert default_num_splits(8, 8, 32768, 64, 132) == 9
+    assert default_num_splits(1, 8, 32768, 64, 132) == 66  # 528 programs = 2 waves of 264
+    assert default_num_splits(8, 8, 32768, 64, 132) == 8  # 512 programs, not 9 (576: 2.2 waves)
+    assert default_num_splits(32, 8, 32768, 64, 132) == 2
+    assert default_num_splits(5, 8, 32768, 64, 132) == 13  # 520 programs; 14 would make 560
     assert default_num_splits(128, 8, 32768, 64, 132) == 1
     assert default_num_splits(1, 8, 64, 64, 132) == 1  # one tile: nothing to split
     assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
