@@ -143,3 +143,21 @@ def test_jumps_equal_step_by_step_simulation(monkeypatch, allocation, preemption
     for part in ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free"):
         assert getattr(jumped.breakdown, part) == pytest.approx(getattr(stepped.breakdown, part), rel=1e-9, abs=1e-6)
     assert jumped.mean_batch_size == pytest.approx(stepped.mean_batch_size, rel=1e-9)
+
+
+def test_block_accounting_balances_after_a_run_with_preemptions():
+    """Every block taken (admission, growth) is given back (completion, preemption)."""
+    from simulation.timeline import _Simulation
+
+    rng = np.random.default_rng(5)
+    workload = Workload(prompt_tokens=rng.integers(1, 400, 300), output_tokens=rng.integers(1, 400, 300),
+                        arrival_s=np.sort(rng.uniform(0, 20, 300)))
+    simulation = _Simulation(workload, TimelineConfig(budget=KvBudget(tokens=4000), max_context=1024,
+                                                      block_size=16), None)
+    result = simulation.run()
+    assert result.preemptions > 0
+    assert simulation.free_blocks == simulation.total_blocks == 4000 // 16
+    # The time series never holds more than the budget, and memory held is whole blocks.
+    series = result.series
+    held = series.token_states + series.reservation + series.internal_fragmentation
+    assert held.max() <= 4000 and np.all(held % 16 == 0)
