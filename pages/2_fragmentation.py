@@ -8,7 +8,7 @@ by the sizer page (``st.session_state["sizer.*"]``) is offered unless the URL na
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -431,8 +431,23 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
         st.plotly_chart(load, key="frag.chart.load")
     with right:
         st.plotly_chart(wait, key="frag.chart.wait")
+    compare = st.toggle("Compare all allocators on this workload (four runs)", key="frag.compare",
+                        value=url.get("compare", False, bool))
+    if compare:
+        runs = [(choice, cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"],
+                                         replace(config, allocation=choice)))
+                for choice in Allocation]
+        st.plotly_chart(breakdown_figure([choice.value for choice, _ in runs], [r.breakdown for _, r in runs],
+                                         "Time-averaged memory per allocator (paper's fig. 2, over time)"),
+                        key="frag.chart.compare")
+        st.dataframe(pd.DataFrame([{
+            "allocator": choice.value, "completed": r.completed, "mean batch": r.mean_batch_size,
+            "token share of used memory": r.breakdown.token_share_of_used,
+            "preemptions": r.preemptions, "mean wait (s)": r.mean_wait_s} for choice, r in runs]),
+            hide_index=True, key="frag.compare_table",
+            column_config={"token share of used memory": st.column_config.NumberColumn(format="percent")})
     state = {"alloc": allocation, "preempt": preemption, "rate": rate, "step": step_ms,
-             "prefill": prefill, "batch": max_batch}
+             "prefill": prefill, "batch": max_batch, "compare": compare}
     if has_arrivals:
         state["tarr"] = use_trace_arrivals
     return state

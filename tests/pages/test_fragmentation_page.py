@@ -158,6 +158,14 @@ def test_over_time_contiguous_max_queues_where_paging_does_not():
     assert not at.exception and metric(at, "Completed") == 2000
     assert at.query_params["space"] == "first-fit"
     memory = charts(at)[3]
+    at.toggle(key="frag.compare").set_value(True).run()
+    assert not at.exception
+    table = next(df.value for df in at.dataframe if "allocator" in df.value.columns)
+    shares = dict(zip(table["allocator"], table["token share of used memory"]))
+    # Over time, as in the paper's figure 2: paging keeps most used memory in token states,
+    # reserving the maximum context wastes most of it.
+    assert shares["paged"] > 0.9 > 0.3 > shares["contiguous-max"]
+    assert shares["contiguous-max"] < shares["contiguous-pow2"] <= shares["contiguous-oracle"] + 1e-9
     assert {trace["name"] for trace in memory["data"]} >= {"token states", "internal fragmentation", "free"}
 
 
