@@ -22,11 +22,14 @@ fill the GPU (batch 1 has 8 for Llama-3), the sequence is cut into ``num_splits`
 writes its normalised partial output and its log-sum-exp (base 2), and a second kernel merges
 them: ``out = sum_s 2^{lse_s} o_s / sum_s 2^{lse_s}`` (FlashDecoding).
 
-FP8 (e4m3) KV: values are stored as ``k_fp8 = k / k_scale``. The kernel converts tiles (and the
-query) to fp16 for the dots, because e4m3 -> fp16 is a native conversion on Hopper and e4m3 ->
-bf16 is not; so a bf16 query must lie within fp16 range (|q| < 65504). It folds ``k_scale`` into the softmax scale and ``v_scale`` into
-the final normalisation, so no dequantised copy is ever written. Scales are per tensor or per
-KV head (fp32).
+FP8 (e4m3) KV: values are stored as ``k_fp8 = k / k_scale``. No dequantised copy is ever
+written: ``k_scale`` is folded into the softmax scale and ``v_scale`` into the final
+normalisation (scales per tensor or per KV head, fp32). By default (``DecodeConfig.fp8_qk_dot``)
+q.k^T is an e4m3 x e4m3 MMA: the query tile is quantised once per program (amax -> 448, undone
+in the logit scale) and K goes to the tensor cores as stored. p.v runs in fp16: V is converted
+e4m3 -> fp16 (a native conversion on Hopper; e4m3 -> bf16 is not, and was measured 0.6-1.05x the
+bf16 kernel). With ``fp8_qk_dot=False`` both products run in fp16, so a bf16 query must then lie
+within fp16 range (|q| < 65504).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------

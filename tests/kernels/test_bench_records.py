@@ -219,3 +219,26 @@ def test_readable_table_mentions_every_part():
     for needle in ("NVIDIA H200", "copy 4.25 TB/s", "decode B=8 L=32768", "prefill B=1 N=4096",
                    "N=32768  naive", "oom", "decode_fp8_vs_bf16", "[MET ]", "[miss]"):
         assert needle in text
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the harness's library functions produce valid records (the live page calls these)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_decode_records_round_trip():
+    from kernels.bench import SweepConfig, bench_decode_shape, measure_ceilings
+
+    ceilings = measure_ceilings(copy_bytes=256 << 20, matmul_n=2048, warmup_ms=2, rep_ms=10)
+    assert ceilings.copy_tbps > 0.1 and ceilings.matmul_tflops > 1
+    shape = DecodeShape(batch=2, context=4096, n_q_heads=32, n_kv_heads=8, head_dim=128, block_size=16)
+    result = bench_decode_shape(shape, ceilings, config=SweepConfig(warmup_ms=2, rep_ms=5),
+                                contenders=("triton_paged", "triton_paged_fp8", "sdpa_flash"))
+    for name, tol in (("triton_paged", 2e-2), ("triton_paged_fp8", 3e-2)):
+        m = result.get(name)
+        assert m.status == "ok", m.note
+        assert m.max_abs_err <= tol and m.rate > 0 and m.timing in ("cuda_graph", "eager")
+    report = dataclasses.replace(_report(), decode=(result,), targets=compute_targets((result,), ()))
+    assert load_bench_json(report_to_json(report)) == report
