@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # standalone `streamlit run pages/2_fragmentation.py`
     sys.path.insert(0, str(ROOT))
 
+from pages._router import run_through_router  # noqa: E402
 from pages._url_state import UrlState  # noqa: E402
 from simulation.allocators import AddressSpace  # noqa: E402
 from simulation.block_table import block_table_demo  # noqa: E402
@@ -534,6 +535,7 @@ def block_table_section(url: UrlState, values: dict) -> dict:
 
 
 def main() -> None:
+    run_through_router()  # a deep link to /fragmentation as the first request still gets app.py's router
     st.title(":material/view_module: Fragmentation explorer")
     st.caption("How much KV memory holds tokens under contiguous reservation and under PagedAttention's "
                "blocks, on synthetic lengths and real traces.")
