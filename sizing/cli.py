@@ -98,6 +98,13 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     value = _finite_float(text)
     if value < 0:
