@@ -38,25 +38,20 @@ from kernels.reference import naive_attention_lse
 # Candidates for D=128 on Hopper: pointer loads vs TMA descriptors, 64/128-key tiles, 4/8 warps,
 # 2-4 pipeline stages, warp specialisation. BLOCK_M=128 matches two m64 wgmma warpgroups.
 CANDIDATES: dict[str, FlashConfig] = {
-    # v1/v2 winners, kept to measure run-to-run spread.
+    # Best of calls 1-3 for D = 128 (the table's choice is the TMA one).
     "ptr_128x64_w8_s3": FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
+    "ptr_128x128_w8_s3": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3),
     "tma_128x128_w8_s3": FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
-    # v3: half of the exponentials by polynomial on the FMA pipe (MUFU.EX2 per tile halved).
-    "tma_128x128_w8_s3_poly": FlashConfig(
-        block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True, poly_exp=True
-    ),
-    "tma_128x128_w8_s2_poly": FlashConfig(
-        block_m=128, block_n=128, num_warps=8, num_stages=2, use_tma=True, poly_exp=True
-    ),
-    "tma_128x64_w8_s3_poly": FlashConfig(
-        block_m=128, block_n=64, num_warps=8, num_stages=3, use_tma=True, poly_exp=True
+    "tma_ws_128x128_w8_s3": FlashConfig(
+        block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True, warp_specialize=True
     ),
 }
 # Tried in call 1 (benchmarks/NOTES-prefill.md): ptr_128x128_w8_s2/s3, tma_128x64_w4_s3,
 # tma_128x64_w8_s3, tma_128x128_w8_s4 (out of shared memory), tma_256x64_w8_s3,
 # tma_ws_128x128_w8_s3 (warp_specialize: no change on triton 3.6 / Hopper). Call 2: ptr_128x64_w8_s4,
 # next-Q·Kᵀ-before-softmax software pipelining (4 variants, all slower), packed bf16x2/f16x2 exp2
-# (ptxas splits each into two MUFU ops: no gain, lse error 3.5e-3).
+# (ptxas splits each into two MUFU ops: no gain, lse error 3.5e-3). Call 3: half the exp2 by an
+# FMA-pipe polynomial (FlashAttention-4's trick): 1-9 % slower. All three removed from the kernel.
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 
