@@ -24,6 +24,13 @@ programs are launched heaviest first (last query block first) so the tail of the
 Grouped-query attention: query head ``h`` reads KV head ``h // (Hq // Hkv)``, as in
 :mod:`kernels.reference`.
 
+Loads: plain pointer loads (any strides with a contiguous head dim), or, for contiguous inputs
+of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
+flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
+masked to -inf and their V rows zeroed, so NaN there cannot leak. Launch configurations come
+from a per-(head dim, causal) table measured on an H200 (``kernels/tune_flash.py``,
+``benchmarks/NOTES-prefill.md``): about 495-518 TFLOP/s at D = 128, N >= 4K, non-causal.
+
 Sources
 -------
 * Dao et al., "FlashAttention", NeurIPS 2022; Dao, "FlashAttention-2", 2023.
