@@ -61,3 +61,11 @@ def metric_value(page, label: str) -> str:
     """Text of the ``st.metric`` whose label contains ``label``."""
     metric = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
     return metric.locator('[data-testid="stMetricValue"]').inner_text()
+
+
+def select_option(page, label: str, option: str) -> None:
+    """Open the ``st.selectbox`` whose label contains ``label`` and pick ``option``."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+    box.click()
+    page.get_by_role("option", name=option, exact=True).click()
+    wait_idle(page)
