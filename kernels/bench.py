@@ -38,11 +38,13 @@ import contextlib
 import datetime as _dt
 import gc
 import math
+import os
 import platform
 import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 from kernels.runtime import ensure_triton_backend
@@ -131,6 +133,22 @@ def _driver_version() -> str:
         return ""
 
 
+def _code_commit() -> str:
+    """The git commit of the code being measured.
+
+    The GPU machine gets a copy of the working tree without ``.git``, so the launcher passes the
+    commit in ``KVX_GIT_COMMIT``; a checkout answers ``git rev-parse`` itself.
+    """
+    if os.environ.get("KVX_GIT_COMMIT"):
+        return os.environ["KVX_GIT_COMMIT"]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                             check=True, cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def environment(command: str) -> Provenance:
     """Device, driver and library versions, the date and the command, for the report."""
     import triton
@@ -144,6 +162,7 @@ def environment(command: str) -> Provenance:
         device=device, sm_count=sms, driver=_driver_version(), cuda=torch.version.cuda or "",
         torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
         date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), command=command,
+        commit=_code_commit(),
     )
 
 

@@ -109,6 +109,7 @@ class Provenance:
     python: str
     date: str  # ISO 8601, UTC
     command: str  # the exact command line
+    commit: str = ""  # git commit of the code measured (KVX_GIT_COMMIT or `git rev-parse`), "" if unknown
 
 
 @dataclass(frozen=True, kw_only=True)

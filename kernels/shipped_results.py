@@ -56,7 +56,7 @@ def provenance_lines(report: BenchReport, source: str) -> list[str]:
         f"Source: {source}",
         f"Device: {p.device} ({p.sm_count} SMs), driver {p.driver or 'unknown'}, CUDA {p.cuda or '-'}",
         f"Software: torch {p.torch}, triton {p.triton}, Python {p.python}",
-        f"Run: {p.date}, command `{p.command}`",
+        f"Run: {p.date}, command `{p.command}`" + (f", code at commit {p.commit[:12]}" if p.commit else ""),
         f"Measured ceilings: copy {copy} (datasheet {c.datasheet_tbps} TB/s), "
         f"bf16 {c.matmul_n}³ matmul {mm} (datasheet {c.datasheet_tflops:.0f} TFLOP/s)",
     ]

@@ -242,3 +242,17 @@ def test_gpu_decode_records_round_trip():
         assert m.max_abs_err <= tol and m.rate > 0 and m.timing in ("cuda_graph", "eager")
     report = dataclasses.replace(_report(), decode=(result,), targets=compute_targets((result,), ()))
     assert load_bench_json(report_to_json(report)) == report
+
+
+def test_provenance_commit_is_optional_and_round_trips(monkeypatch):
+    # Files written before the field existed (the first H200 run) still load, commit unknown.
+    old = json.loads(report_to_json(_report()))
+    del old["provenance"]["commit"]
+    assert load_bench_json(json.dumps(old)).provenance.commit == ""
+    # The GPU machine has no .git: the launcher passes the commit in KVX_GIT_COMMIT.
+    from kernels.bench import environment
+
+    monkeypatch.setenv("KVX_GIT_COMMIT", "0123456789abcdef")
+    provenance = environment("python -m kernels.bench")
+    assert provenance.commit == "0123456789abcdef"
+    assert provenance.command == "python -m kernels.bench"
