@@ -184,6 +184,10 @@ with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`
     if upload is not None:
         try:
             sources[f"Uploaded: {upload.name}"] = load_bench_json(upload.getvalue())
+            if st.session_state.get("k_upload_seen") != upload.file_id:
+                # A file just uploaded is what the user wants to see: select it once.
+                st.session_state["k_upload_seen"] = upload.file_id
+                st.session_state["k_source"] = f"Uploaded: {upload.name}"
         except ValueError as exc:
             st.error(f"**{upload.name}** is not a readable kernels.bench result: {exc}", icon=":material/error:")
 if shipped.rejected:  # e.g. tuning logs kept beside the harness results: listed, not shown

@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 from tests.browser.streamlit_helpers import goto  # noqa: E402
 from tests.conftest import CHROMIUM_ARGS, _chromium_path, _free_port, _wait_healthy  # noqa: E402
 
-PAGES = ("sizer", "fragmentation", "kernels", "planner")
+# url_path of each page; the sizer is the default page, served at the root.
+PAGES = {"sizer": "", "fragmentation": "fragmentation", "kernels": "kernels", "planner": "planner"}
 OUT_DIR = ROOT / "docs" / "screenshots"
 
 
@@ -42,7 +43,7 @@ def main(pages: list[str]) -> None:
                                                  args=CHROMIUM_ARGS)
             tab = browser.new_page(viewport={"width": 1400, "height": 1000})
             for name in pages or PAGES:
-                goto(tab, f"{url}/{name}")
+                goto(tab, f"{url}/{PAGES[name]}")
                 tab.screenshot(path=str(OUT_DIR / f"{name}.png"), full_page=False)
                 print(f"saved {OUT_DIR / f'{name}.png'}")
             browser.close()

@@ -140,3 +140,18 @@ def page(browser) -> Iterator[object]:
         yield tab
     finally:
         context.close()
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """On a failed browser test, save a screenshot of the page next to the test log."""
+    outcome = yield
+    report = outcome.get_result()
+    tab = item.funcargs.get("page") if hasattr(item, "funcargs") else None
+    if report.when == "call" and report.failed and tab is not None:
+        shots = ROOT / ".pytest_cache" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        try:
+            tab.screenshot(path=str(shots / f"{item.name}.png"), full_page=True)
+        except Exception as exc:  # a closed page must not hide the test's own failure
+            print(f"screenshot failed: {exc}")

@@ -1,9 +1,17 @@
-"""Helpers for driving a Streamlit page in playwright: wait for reruns, move sliders, read text."""
+"""Helpers for driving a Streamlit page in playwright: wait for reruns, move sliders, read text.
+
+Streamlit reruns the page script after every widget change. A test must wait for *that* rerun
+to finish before reading the screen: on a loaded 2-core machine the rerun can start well after
+the key press, so "no run in progress" alone is not enough. :func:`goto` installs a counter of
+script runs in the page; :func:`after_rerun` does an action and waits until the counter has
+moved and the app is idle again.
+"""
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 # stApp carries the script state ('initial', 'running', 'notRunning'); after a run ends,
 # lazily loaded elements (metrics, charts) still show an stSkeleton placeholder for a moment.
@@ -12,8 +20,18 @@ _IDLE_JS = """() => {
   return !!app && app.getAttribute('data-test-script-state') === 'notRunning'
     && !document.querySelector('[data-testid="stSkeleton"], [data-testid="stAppSkeleton"]');
 }"""
-# A rerun triggered by a widget takes a moment to start: the page must stay idle this long.
+# Counts the transitions of stApp's script state to 'running' (one per script run).
+_INSTALL_RUN_COUNTER_JS = """() => {
+  if (window.__stRuns !== undefined) return;
+  window.__stRuns = 0;
+  const app = document.querySelector('[data-testid="stApp"]');
+  new MutationObserver(() => {
+    if (app.getAttribute('data-test-script-state') === 'running') window.__stRuns += 1;
+  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+}"""
+# Quiet time that counts as idle: reruns queued by several quick key presses start within it.
 _SETTLE_S = 0.6
+_RERUN_START_TIMEOUT_S = 30.0
 
 
 def wait_idle(page, timeout_s: float = 90.0) -> None:
@@ -31,6 +49,23 @@ def wait_idle(page, timeout_s: float = 90.0) -> None:
     raise TimeoutError(f"app still running after {timeout_s} s")
 
 
+def _runs(page) -> int:
+    return page.evaluate("() => window.__stRuns ?? 0")
+
+
+def after_rerun(page, action: Callable[[], object]) -> None:
+    """Do ``action`` (a widget change), then wait for the rerun it causes to finish."""
+    page.evaluate(_INSTALL_RUN_COUNTER_JS)
+    before = _runs(page)
+    action()
+    deadline = time.monotonic() + _RERUN_START_TIMEOUT_S
+    while _runs(page) == before:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no rerun started within {_RERUN_START_TIMEOUT_S} s of the action")
+        time.sleep(0.05)
+    wait_idle(page)
+
+
 def goto(page, url: str) -> None:
     """Open ``url`` and wait until the first script run has finished and rendered."""
     page.goto(url)
@@ -39,33 +74,51 @@ def goto(page, url: str) -> None:
     page.wait_for_selector('[data-testid="stMainBlockContainer"] [data-testid="stHeading"]',
                            timeout=90_000)
     wait_idle(page)
+    page.evaluate(_INSTALL_RUN_COUNTER_JS)
 
 
 def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> None:
-    """Focus the slider whose label matches ``label`` and press ``key`` ``times`` times.
+    """Focus the slider whose label matches ``label``, press ``key`` ``times`` times, wait.
 
-    Streamlit sliders are ``role=slider`` thumbs that respond to arrow keys.
+    Streamlit sliders are ``role=slider`` thumbs that respond to arrow, Home and End keys.
     """
     slider = page.get_by_role("slider", name=re.compile(re.escape(label)))
     if slider.count() == 0:
         container = page.locator('[data-testid="stSlider"]').filter(has_text=label)
         slider = container.get_by_role("slider")
     thumb = slider.first
-    thumb.focus()
-    for _ in range(times):
-        thumb.press(key)
-    wait_idle(page)
+
+    def press() -> None:
+        thumb.focus()
+        for _ in range(times):
+            thumb.press(key)
+
+    after_rerun(page, press)
+
+
+def fill_number(page, label: str, value: str) -> None:
+    """Type ``value`` into the ``st.number_input`` labelled ``label`` and submit it."""
+    field = page.get_by_label(label)
+
+    def fill() -> None:
+        field.fill(value)
+        field.press("Enter")
+
+    after_rerun(page, fill)
+
+
+def select_option(page, label: str, option: str) -> None:
+    """Open the ``st.selectbox`` whose label contains ``label`` and pick ``option``."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+
+    def pick() -> None:
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+
+    after_rerun(page, pick)
 
 
 def metric_value(page, label: str) -> str:
     """Text of the ``st.metric`` whose label contains ``label``."""
     metric = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
     return metric.locator('[data-testid="stMetricValue"]').inner_text()
-
-
-def select_option(page, label: str, option: str) -> None:
-    """Open the ``st.selectbox`` whose label contains ``label`` and pick ``option``."""
-    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
-    box.click()
-    page.get_by_role("option", name=option, exact=True).click()
-    wait_idle(page)

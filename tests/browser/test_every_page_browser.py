@@ -6,9 +6,10 @@ from tests.browser.streamlit_helpers import goto
 
 pytestmark = pytest.mark.browser
 
-# url_path of each st.Page in app.py, with a phrase its page must show.
+# url_path of each st.Page in app.py, with a phrase its page must show. The default page (the
+# sizer) lives at the root: st.navigation serves it at "/" whatever its url_path.
 PAGES = {
-    "sizer": "KV-cache sizer",
+    "": "KV-cache sizer",
     "fragmentation": "Fragmentation",
     "kernels": "Live kernels",
     "planner": "Capacity planner",

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.streamlit_helpers import goto, metric_value, slider_press, wait_idle
+from tests.browser.streamlit_helpers import after_rerun, goto, metric_value, slider_press
 
 pytestmark = pytest.mark.browser
 
@@ -19,19 +19,16 @@ def test_no_gpu_view_upload_and_online_softmax(app_url, page):
     # A malformed upload gets a message, a harness JSON is drawn.
     page.locator('[data-testid="stExpander"]').filter(has_text="Upload a benchmark JSON").first.click()
     file_input = page.locator('[data-testid="stFileUploader"] input[type=file]').first
-    file_input.set_input_files(files=[{"name": "broken.json", "mimeType": "application/json",
-                                       "buffer": b"{nope"}])
-    wait_idle(page)
+    after_rerun(page, lambda: file_input.set_input_files(
+        files=[{"name": "broken.json", "mimeType": "application/json", "buffer": b"{nope"}]))
     assert page.get_by_text("not a JSON file").first.is_visible()
-    file_input.set_input_files(str(FIXTURE))
-    wait_idle(page)
+    after_rerun(page, lambda: file_input.set_input_files(str(FIXTURE)))
     page.get_by_text("synthetic fixture", exact=False).first.wait_for(timeout=60_000)
     assert metric_value(page, "Achieved TB/s") == "3.60"
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
 
     # Online-softmax walk-through: move the step slider and read the step counter.
     page.get_by_role("tab", name="Online softmax").click()
-    wait_idle(page)
     slider_press(page, "Step", times=3)
     page.get_by_text("Step 4 of 8").first.wait_for(timeout=30_000)
     assert float(metric_value(page, "Max |tiled − naive|")) < 1e-5

@@ -2,13 +2,13 @@
 
 import pytest
 
-from tests.browser.streamlit_helpers import goto, metric_value, slider_press, wait_idle
+from tests.browser.streamlit_helpers import fill_number, goto, metric_value, slider_press
 
 pytestmark = pytest.mark.browser
 
 
 def test_sizer_controls_move_the_numbers(app_url, page):
-    goto(page, f"{app_url}/sizer")
+    goto(page, f"{app_url}/")
     assert metric_value(page, "KV per token") == "320 KiB"
     assert metric_value(page, "GPUs needed") == "16"
 
@@ -18,14 +18,11 @@ def test_sizer_controls_move_the_numbers(app_url, page):
     assert "usable=0.8" in page.url
 
     # 100 → 50 users halves the KV cache: 1,000 GiB → 500 GiB.
-    users = page.get_by_label("Users (concurrent)")
-    users.fill("50")
-    users.press("Enter")
-    wait_idle(page)
+    fill_number(page, "Users (concurrent)", "50")
     assert metric_value(page, "KV, 50 users") == "500 GiB"
 
 
 def test_shared_link_reopens_identically(app_url, page):
-    goto(page, f"{app_url}/sizer?kv=fp8&gpu=h200&units=GB+%28decimal%29")
+    goto(page, f"{app_url}/?kv=fp8&gpu=h200&units=GB+%28decimal%29")
     assert metric_value(page, "KV per token") == "163.8 KB"
     assert metric_value(page, "GPUs needed") == "5"
