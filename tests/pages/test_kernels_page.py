@@ -19,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 from kernels.bench_records import load_bench_json
 from kernels.gpu_lock import GpuGate
 from kernels.live import Backend
+from kernels.runtime import interpreter_active
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = str(ROOT / "pages/3_kernels.py")
@@ -121,6 +122,8 @@ def test_no_shipped_results_and_uploads(tmp_path):
     assert _metric(at, "Achieved TB/s") == "3.60"
 
 
+@pytest.mark.skipif(not interpreter_active(), reason="the toy run is the no-GPU path: Triton "
+                    "compiles for the GPU in a process that has one (seen failing on the H200)")
 def test_interpreter_run_at_toy_size():
     at = _app(CPU).run()
     at.button(key="k_interp").click().run()
