@@ -648,38 +648,86 @@ def run_sweep(config: SweepConfig = SweepConfig(), *, progress: ProgressFn | Non
 # ----------------------------------------------------------------------------------------------
 
 
-def _ints(text: str) -> tuple[int, ...]:
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line naming the argument, exit status 2 (no usage block)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        print(f"{self.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _positive(text: str, value: float) -> None:
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+
+
+def _ints(text: str, *, allow_zero: bool = False) -> tuple[int, ...]:
+    """Comma-separated token counts with an optional k (x 1024): ``1k,32k`` -> (1024, 32768)."""
     out = []
     for part in text.split(","):
         part = part.strip().lower()
         mult = 1024 if part.endswith("k") else 1
-        out.append(int(part.rstrip("k")) * mult)
+        try:
+            value = int(part.removesuffix("k")) * mult
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {text!r}") from None
+        if value < 0 or (value == 0 and not allow_zero):
+            raise argparse.ArgumentTypeError(f"expected positive numbers, got {part!r} in {text!r}")
+        out.append(value)
     return tuple(out)
 
 
+def _ints_or_zero(text: str) -> tuple[int, ...]:
+    return _ints(text, allow_zero=True)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    _positive(text, value)
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    _positive(text, value)
+    return value
+
+
 def _heads(text: str) -> tuple[tuple[int, int], ...]:
+    """Comma-separated ``query:KV`` head pairs whose query count is a multiple of the KV count."""
     pairs = []
     for part in text.split(","):
-        hq, hkv = part.split(":")
-        pairs.append((int(hq), int(hkv)))
+        try:
+            hq, hkv = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected query:KV pairs such as 32:8, got {part!r}") from None
+        if hq < 1 or hkv < 1 or hq % hkv:
+            raise argparse.ArgumentTypeError(f"{part!r}: query heads must be a positive multiple of KV heads")
+        pairs.append((hq, hkv))
     return tuple(pairs)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m kernels.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", metavar="PATH", help="also write the records as JSON to PATH")
     p.add_argument("--only", choices=("all", "decode", "prefill", "memory"), default="all")
     p.add_argument("--quick", action="store_true", help="a short sweep (SweepConfig.quick)")
     p.add_argument("--batch", type=_ints, help="decode batches, e.g. 1,8,32")
     p.add_argument("--context", type=_ints, help="decode contexts, e.g. 1k,32k")
-    p.add_argument("--long-context", type=_ints, help="extra batch-1 contexts (default 128k; 0 for none)")
+    p.add_argument("--long-context", type=_ints_or_zero, help="extra batch-1 contexts (default 128k; 0 for none)")
     p.add_argument("--heads", type=_heads, help="decode query:KV heads, e.g. 32:8,64:8")
-    p.add_argument("--block-size", type=int, help="decode KV block size (default 16)")
+    p.add_argument("--block-size", type=_positive_int, help="decode KV block size (default 16)")
     p.add_argument("--prefill-n", type=_ints, help="prefill sequence lengths, e.g. 1k,4k")
     p.add_argument("--memory-n", type=_ints, help="naive-vs-tiled memory sweep lengths")
     p.add_argument("--no-naive", action="store_true", help="skip naive attention in decode/prefill")
     p.add_argument("--no-fp8", action="store_true", help="skip the FP8-KV decode contender")
-    p.add_argument("--rep-ms", type=float, help="do_bench repetition time per measurement")
+    p.add_argument("--rep-ms", type=_positive_float, help="do_bench repetition time per measurement")
     p.add_argument("--eager", action="store_true", help="decode: time plain calls, no CUDA graphs")
     return p
 
