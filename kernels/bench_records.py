@@ -28,7 +28,7 @@ from typing import Union
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
     "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "TARGET_SPECS",
-    "LARGE_DECODE_TOKENS",
+    "LARGE_DECODE_TOKENS", "MAX_BENCH_JSON_BYTES",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
     "PrefillResult", "MemoryPoint", "Target", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "tbps", "tflops", "copy_tbps",
@@ -42,6 +42,8 @@ DATASHEET_TBPS = 4.8
 DATASHEET_TFLOPS = 989.0
 # "Large" decode shapes for the targets: batch x context >= 256K tokens (KV >= 1 GiB at 8 KV heads).
 LARGE_DECODE_TOKENS = 256 * 1024
+# A full harness run is ~60 KB of JSON; anything past this is not one (and would stall a page).
+MAX_BENCH_JSON_BYTES = 16 * 2**20
 
 STATUSES = ("ok", "oom", "unsupported", "error", "not_available", "skipped")
 DECODE_CONTENDERS = (
@@ -428,6 +430,9 @@ def load_bench_json(source: bytes | str | Path) -> BenchReport:
             source = Path(source).read_bytes()
         except OSError as exc:
             raise ValueError(f"cannot read benchmark file: {exc}") from exc
+    if len(source) > MAX_BENCH_JSON_BYTES:
+        raise ValueError(f"file is {len(source):,} bytes; a kernels.bench result is at most "
+                         f"{MAX_BENCH_JSON_BYTES:,} bytes")
     try:
         data = json.loads(source)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -256,3 +256,11 @@ def test_provenance_commit_is_optional_and_round_trips(monkeypatch):
     provenance = environment("python -m kernels.bench")
     assert provenance.commit == "0123456789abcdef"
     assert provenance.command == "python -m kernels.bench"
+
+
+def test_loader_refuses_oversized_input_before_parsing():
+    from kernels.bench_records import MAX_BENCH_JSON_BYTES
+
+    huge = b'{"schema": "' + b"x" * MAX_BENCH_JSON_BYTES + b'"}'
+    with pytest.raises(ValueError, match="at most 16,777,216 bytes"):
+        load_bench_json(huge)
