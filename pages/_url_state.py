@@ -45,20 +45,12 @@ class UrlState:
 
     def write(self, values: dict[str, Any]) -> None:
         """Mirror ``values`` into the URL, dropping those equal to their defaults."""
-        wanted = {
-            name: _format(value)
-            for name, value in values.items()
-            if value != self._defaults.get(name, object())
-        }
-        current = {name: st.query_params.get(name) for name in values}
-        if any(current.get(name) != text for name, text in wanted.items()) or any(
-            current.get(name) is not None and name not in wanted for name in values
-        ):
-            for name in values:
-                if name in wanted:
-                    st.query_params[name] = wanted[name]
-                elif name in st.query_params:
+        for name, value in values.items():
+            if value == self._defaults.get(name, object()):
+                if name in st.query_params:
                     del st.query_params[name]
+            elif st.query_params.get(name) != (text := _format(value)):
+                st.query_params[name] = text  # written only on change: each write updates the URL
 
 
 def _cast(raw: str, cast: Callable[[str], Any]) -> Any:
@@ -66,8 +58,11 @@ def _cast(raw: str, cast: Callable[[str], Any]) -> Any:
         if raw not in ("0", "1"):
             raise ValueError(raw)
         return raw == "1"
-    if cast is int:
-        return int(float(raw)) if float(raw).is_integer() else int(raw)
+    if cast is int:  # "40" and "40.0" are both 40; "2.5" is not a count
+        number = float(raw)
+        if not number.is_integer():
+            raise ValueError(raw)
+        return int(number)
     return cast(raw)
 
 
