@@ -21,7 +21,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sizing.bandwidth_sources import BandwidthEstimate
-from sizing.planner import DecodeStep, GpuSpec, ModelCost, decode_step, largest_batch_within_tpot
+from sizing.planner import (
+    FLOPS_PER_PARAM_PER_TOKEN,
+    DecodeStep,
+    GpuSpec,
+    ModelCost,
+    decode_step,
+    effective_bandwidth,
+    effective_flops,
+    largest_batch_within_tpot,
+)
 
 EdgeLimit = Literal["memory", "control-step"]
 
@@ -123,12 +132,12 @@ def _longest_context_within(model: ModelCost, device: GpuSpec, estimate: Bandwid
     """
     if largest_batch_within_tpot(model, device, estimate, context=0, tpot_s=step_s) < 1:
         return 0.0  # the weights alone take longer than the control step
-    bandwidth = device.bandwidth_bytes_per_s * estimate.bandwidth_efficiency
-    flops = device.bf16_flops_per_s * estimate.compute_efficiency
-    by_memory = (step_s * bandwidth - model.weight_bytes) / model.kv_bytes_per_token_per_gpu
+    by_memory = ((step_s * effective_bandwidth(device, estimate) - model.weight_bytes)
+                 / model.kv_bytes_per_token_per_gpu)
     attention = model.attention_flops_per_context_token_per_gpu
-    by_compute = (math.inf if attention == 0
-                  else (step_s * flops - 2 * model.params) / attention)
+    by_compute = (math.inf if attention == 0 else
+                  (step_s * effective_flops(device, estimate)
+                   - FLOPS_PER_PARAM_PER_TOKEN * model.params) / attention)
     return max(0.0, min(by_memory, by_compute))
 
 
