@@ -24,7 +24,7 @@ from typing import Any
 from sizing import cli as sizer_cli
 from sizing.bandwidth_sources import SOURCES_IN_ORDER, BenchJsonError, load_bench_json
 from sizing.errors import SizingError
-from sizing.planner import binding_limit_at, decode_step
+from sizing.planner import binding_limit_at, decode_step, effective_bandwidth
 from sizing.planner_inputs import (
     DEFAULT_MAX_CONTEXT,
     PlanOutcome,
@@ -168,7 +168,7 @@ def result_dict(outcome: PlanOutcome, *, batch: int | None, context: float | Non
         "bandwidth_source": estimate.source,
         "bandwidth_efficiency": estimate.bandwidth_efficiency,
         "compute_efficiency": estimate.compute_efficiency,
-        "bandwidth_bytes_per_s": gpu.bandwidth_bytes_per_s * estimate.bandwidth_efficiency,
+        "bandwidth_bytes_per_s": effective_bandwidth(gpu, estimate),
         "bandwidth_label": estimate.label,
         "source_notes": list(outcome.source_notes),
         "ttft_s": plan.ttft_s,

@@ -28,7 +28,6 @@ from sizing.planner import (
     plan_capacity,
 )
 from sizing.precisions import Precision
-from sizing.units import TB
 
 # FLOPs per cached token per query head per layer at decode, MHA/GQA/MQA: q·k (2 × head_dim)
 # and p·v (2 × head_dim).
@@ -81,7 +80,7 @@ def model_cost(shape: ModelShape, *, kv_precision: Precision, weight_precision: 
 def gpu_spec(gpu: GPU) -> GpuSpec:
     """The planner's view of a catalogue GPU (memory in bytes, rates per second)."""
     return GpuSpec(name=gpu.name, memory_bytes=float(gpu.memory_bytes),
-                   bandwidth_bytes_per_s=gpu.bandwidth_tbs * TB,
+                   bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
                    bf16_flops_per_s=gpu.bf16_tflops * TFLOPS)
 
 
