@@ -309,9 +309,15 @@ def format_table(report: SizingReport) -> str:
     return "\n".join(lines)
 
 
-def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
+def _fail(message: str, prog: str = PROG) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _option_message(exc: SizingError) -> str:
+    """A library error as ``argument --option: message``, naming the option the user typed."""
+    option = _OPTION_FOR_FIELD.get(exc.field, f"--{exc.field.replace('_', '-')}")
+    return f"argument {option}: {exc.message}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -329,8 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         return _fail(str(exc))
     except SizingError as exc:
-        option = _OPTION_FOR_FIELD.get(exc.field, f"--{exc.field.replace('_', '-')}")
-        return _fail(f"argument {option}: {exc.message}")
+        return _fail(_option_message(exc))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

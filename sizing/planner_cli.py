@@ -229,8 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sizer_cli.UsageError as exc:
         return _fail(str(exc))
     except SizingError as exc:
-        option = sizer_cli._OPTION_FOR_FIELD.get(exc.field, f"--{exc.field.replace('_', '-')}")
-        return _fail(f"argument {option}: {exc.message}")
+        return _fail(sizer_cli._option_message(exc))
     except ValueError as exc:  # a trace the simulator rejects names its row or column
         return _fail(f"argument {'--trace' if args.trace else '--context'}: {exc}")
     print(json.dumps(result, indent=2) if args.json else format_table(result))
@@ -238,8 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    print(f"{PROG}: error: {message}", file=sys.stderr)
-    return sizer_cli.EXIT_USAGE
+    return sizer_cli._fail(message, prog=PROG)
 
 
 if __name__ == "__main__":
