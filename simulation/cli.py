@@ -9,7 +9,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import NoReturn
 
@@ -51,44 +51,30 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_ARGUMENTS)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+def _number_type(parse: type[int] | type[float], *, minimum: int, strict: bool,
+                 requirement: str) -> Callable[[str], int | float]:
+    """An argparse ``type``: ``parse(text)``, refused unless ``> minimum`` (``strict``) or
+    ``>= minimum``, and finite; ``requirement`` words the condition in the error."""
+    kind = "a whole number" if parse is int else "a number"
+
+    def check(text: str) -> int | float:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind}, got {text!r}") from None
+        in_range = value > minimum if strict else value >= minimum
+        # Python ints are always finite (and may be too large for math.isfinite).
+        if not (in_range and (parse is int or math.isfinite(value))):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {value if parse is int else text}")
+        return value
+
+    return check
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+_positive_int = _number_type(int, minimum=1, strict=False, requirement=">= 1")
+_non_negative_int = _number_type(int, minimum=0, strict=False, requirement=">= 0")
+_positive_float = _number_type(float, minimum=0, strict=True, requirement="a positive finite number")
+_non_negative_float = _number_type(float, minimum=0, strict=False, requirement="a finite number >= 0")
 
 
 def _progress(text: str) -> float | None:
