@@ -103,6 +103,16 @@ def _edge(model_id: str, kv_dtype: str, weight_dtype: str, os_gb: float, percept
                          device=get_gpu(EDGE_DEVICE), workload=workload, estimate=estimate)
 
 
+@st.cache_data(show_spinner=False, max_entries=8)
+def _bench_json_error(text: str) -> str | None:
+    """Why a harness JSON cannot be used, or None; cached so a rerun does not parse it again."""
+    try:
+        load_bench_json(text)
+    except BenchJsonError as exc:
+        return str(exc)
+    return None
+
+
 # ---- state: URL first, then the sizer page's carry-over, then defaults -------------------------
 url = UrlState()
 
@@ -252,10 +262,9 @@ measured_text = st.session_state.get(BENCH_STATE_KEY)
 if measured_text is None and st.session_state.get(KERNELS_RUNS_KEY):
     measured_text = report_to_json(merge_reports(st.session_state[KERNELS_RUNS_KEY]))
 if measured_text is not None:
-    try:
-        load_bench_json(measured_text)
-    except BenchJsonError as exc:
-        st.sidebar.error(f"Harness JSON: {exc}. Falling back to the next source.",
+    bench_error = _bench_json_error(measured_text)
+    if bench_error is not None:
+        st.sidebar.error(f"Harness JSON: {bench_error}. Falling back to the next source.",
                          icon=":material/error:")
         measured_text = None
 
