@@ -63,7 +63,7 @@ from kernels.bench_records import (  # noqa: E402
 __all__ = [
     "SweepConfig", "ProgressEvent", "environment", "measure_ceilings", "decode_shapes",
     "prefill_shapes", "bench_decode_shape", "bench_prefill_shape", "bench_memory_point",
-    "run_sweep", "main",
+    "run_sweep", "fp8_per_head_pool", "main",
 ]
 
 GB = 10**9
@@ -415,19 +415,29 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     return DecodeResult(shape=shape, num_splits=splits, kv_bytes=kv_bytes, measurements=tuple(results))
 
 
+def fp8_per_head_pool(k: torch.Tensor, v: torch.Tensor
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """e4m3 copies of a K and V pool ``[blocks, n_kv_heads, block, d]`` and their per-head scales.
+
+    Scales are amax / 448 (e4m3's largest value), computed and applied head by head so no fp32
+    copy of the whole pool is made. Returns ``(k8, v8, k_scale, v_scale)``.
+    """
+    ks = k.abs().amax(dim=(0, 2, 3)).float() / 448.0
+    vs = v.abs().amax(dim=(0, 2, 3)).float() / 448.0
+    k8 = torch.empty(k.shape, dtype=torch.float8_e4m3fn, device=k.device)
+    v8 = torch.empty_like(k8)
+    for h in range(k.shape[1]):
+        k8[:, h] = (k[:, h].float() / ks[h]).to(torch.float8_e4m3fn)
+        v8[:, h] = (v[:, h].float() / vs[h]).to(torch.float8_e4m3fn)
+    return k8, v8, ks, vs
+
+
 def _bench_fp8(shape, q, k, v, tables, lens, rot, ref_for, err_of, m_args) -> Measurement:
     from kernels.paged_decode import paged_decode_attention
 
     fp8_bytes = decode_kv_bytes(shape.batch, shape.context, shape.n_kv_heads, shape.head_dim, 1)
     try:
-        # Per-head scales amax / 448, computed and applied head by head (no fp32 copy of the pool).
-        ks = k.abs().amax(dim=(0, 2, 3)).float() / 448.0
-        vs = v.abs().amax(dim=(0, 2, 3)).float() / 448.0
-        k8 = torch.empty(k.shape, dtype=torch.float8_e4m3fn, device=k.device)
-        v8 = torch.empty_like(k8)
-        for h in range(shape.n_kv_heads):
-            k8[:, h] = (k[:, h].float() / ks[h]).to(torch.float8_e4m3fn)
-            v8[:, h] = (v[:, h].float() / vs[h]).to(torch.float8_e4m3fn)
+        k8, v8, ks, vs = fp8_per_head_pool(k, v)
     except Exception as exc:  # noqa: BLE001
         gc.collect()
         torch.cuda.empty_cache()

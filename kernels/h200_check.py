@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from kernels.bench import fp8_per_head_pool
 from kernels.bench_records import decode_kv_bytes, tbps
 from kernels.paged_cache import build_paged_cache, quantize_fp8
 from kernels.paged_decode import DecodeConfig, default_config, default_num_splits, paged_decode_attention
@@ -76,13 +77,8 @@ def tune() -> list[dict]:
                for n in (32, 64, 128) for w in (4, 8) for s in (2, 3, 4)
                if not (n == 128 and s == 4)]
     for b, L, hq, hkv in shapes:
-        d, bs = 128, 16
-        nblk = L // bs
-        nb = b * nblk
-        k = torch.randn(nb, hkv, bs, d, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        bt = torch.randperm(nb, device="cuda").to(torch.int32).reshape(b, nblk)
-        lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+        d = 128
+        k, v, bt, lens = _pool(b, L, hkv, d)
         q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16)
         kvb = decode_kv_bytes(b, L, hkv, d, 2)
         kc = gather_kv_padded(k, bt, L)
@@ -203,13 +199,7 @@ def tune2() -> list[dict]:
     for b, L, hq, hkv in [(8, 32768, 32, 8), (32, 16384, 64, 8), (128, 32768, 32, 8), (1, 32768, 32, 8)]:
         k, v, bt, lens = _pool(b, L, hkv)
         q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
-        ks = (k.abs().amax(dim=(0, 2, 3)).float() / 448)
-        vs = (v.abs().amax(dim=(0, 2, 3)).float() / 448)
-        k8 = torch.empty(k.shape, dtype=torch.float8_e4m3fn, device="cuda")
-        v8 = torch.empty_like(k8)
-        for h in range(hkv):
-            k8[:, h] = (k[:, h].float() / ks[h]).to(torch.float8_e4m3fn)
-            v8[:, h] = (v[:, h].float() / vs[h]).to(torch.float8_e4m3fn)
+        k8, v8, ks, vs = fp8_per_head_pool(k, v)
         bf = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, validate=False))
         label = f"B={b} L={L} H={hq}/{hkv}"
         print(f"\nfp8 {label}: bf16 default {bf:.4f} ms", flush=True)
@@ -281,13 +271,7 @@ def tune3() -> list[dict]:
     for b, L, hq, hkv in [(128, 32768, 32, 8), (8, 32768, 32, 8), (32, 16384, 64, 8)]:
         k, v, bt, lens = _pool(b, L, hkv)
         q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
-        ks = (k.abs().amax(dim=(0, 2, 3)).float() / 448)
-        vs = (v.abs().amax(dim=(0, 2, 3)).float() / 448)
-        k8 = torch.empty(k.shape, dtype=torch.float8_e4m3fn, device="cuda")
-        v8 = torch.empty_like(k8)
-        for h in range(hkv):
-            k8[:, h] = (k[:, h].float() / ks[h]).to(torch.float8_e4m3fn)
-            v8[:, h] = (v[:, h].float() / vs[h]).to(torch.float8_e4m3fn)
+        k8, v8, ks, vs = fp8_per_head_pool(k, v)
         bf = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, validate=False))
         ref = paged_decode_attention(q, k, v, bt, lens).float()
         label = f"B={b} L={L} H={hq}/{hkv}"
