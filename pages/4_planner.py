@@ -65,19 +65,15 @@ MAX_UPLOAD_BYTES = 5_000_000  # a trace or harness file larger than this is refu
 # ---- cached library calls ---------------------------------------------------------------------
 @st.cache_data(show_spinner=False, max_entries=64)
 def _plan(model_id: str, kv_dtype: str, weight_dtype: str, gpu_id: str, tp: int, usable: float,
-          traffic: tuple, max_context: int, block_size: int, policy: str, source: str,
+          traffic: TrafficSpec, max_context: int, block_size: int, policy: str, source: str,
           efficiency: float | None, tpot_ms: float, ttft_ms: float, rate: float,
           measured_text: str | None):
-    kind, length, mean, sigma, prompt_fraction, preset, trace_path, trace_bytes, trace_name = traffic
     measured = None if measured_text is None else load_bench_json(measured_text)
     request = PlanRequest(
         model=get_preset(model_id).shape,
         kv_precision=get_precision(kv_dtype, field="kv_dtype"),
         weight_precision=get_precision(weight_dtype, field="weight_dtype"),
-        gpu=get_gpu(gpu_id), tp=tp, usable_fraction=usable,
-        traffic=TrafficSpec(kind=kind, length=length, mean=mean, sigma=sigma,
-                            prompt_fraction=prompt_fraction, preset=preset, trace_path=trace_path,
-                            trace_bytes=trace_bytes, trace_name=trace_name),
+        gpu=get_gpu(gpu_id), tp=tp, usable_fraction=usable, traffic=traffic,
         max_context=max_context, block_size=block_size, policy=policy, bandwidth_source=source,
         efficiency=efficiency, tpot_target_s=tpot_ms / 1e3 if tpot_ms > 0 else None,
         ttft_target_s=ttft_ms / 1e3 if ttft_ms > 0 else None,
@@ -89,10 +85,7 @@ def _plan(model_id: str, kv_dtype: str, weight_dtype: str, gpu_id: str, tp: int,
 @st.cache_data(show_spinner=False, max_entries=64)
 def _edge(model_id: str, kv_dtype: str, weight_dtype: str, os_gb: float, perception_gb: float,
           tokens_per_frame: int, fps: float, instruction_tokens: int, control_hz: float,
-          estimate_fields: tuple[str, float, float, str]):
-    source, bandwidth_efficiency, compute_efficiency, label = estimate_fields
-    estimate = BandwidthEstimate(source=source, bandwidth_efficiency=bandwidth_efficiency,
-                                 compute_efficiency=compute_efficiency, label=label)
+          estimate: BandwidthEstimate):
     workload = EdgeWorkload(os_bytes=os_gb * GB, perception_bytes=perception_gb * GB,
                             tokens_per_frame=tokens_per_frame, frames_per_s=fps,
                             instruction_tokens=instruction_tokens,
@@ -277,8 +270,10 @@ server_tab, edge_tab = st.tabs([":material/dns: Server", ":material/precision_ma
 
 # ---- server view --------------------------------------------------------------------------------
 with server_tab:
-    traffic = (kind, int(_p("length")), float(_p("mean")), float(_p("sigma")),
-               float(_p("prompt_share")), _p("preset"), trace_path, trace_bytes, trace_name)
+    traffic = TrafficSpec(kind=kind, length=int(_p("length")), mean=float(_p("mean")),
+                          sigma=float(_p("sigma")), prompt_fraction=float(_p("prompt_share")),
+                          preset=_p("preset"), trace_path=trace_path, trace_bytes=trace_bytes,
+                          trace_name=trace_name)
     try:
         outcome = _plan(_p("model"), _p("kv"), _p("w"), _p("gpu"), int(_p("tp")),
                         float(_p("usable")), traffic, int(_p("max_context")), int(_p("block")),
@@ -393,8 +388,7 @@ with edge_tab:
                                     float(_p("os_gb")), float(_p("perception_gb")),
                                     int(_p("frame_tokens")), float(_p("fps")),
                                     int(_p("instruction")), float(_p("control_hz")),
-                                    (edge_estimate.source, edge_estimate.bandwidth_efficiency,
-                                     edge_estimate.compute_efficiency, edge_estimate.label))
+                                    edge_estimate)
     except (SizingError, ValueError) as exc:
         st.error(f"Edge view: {exc}", icon=":material/error:")
         edge = None
