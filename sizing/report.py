@@ -394,8 +394,8 @@ def size_deployment(request: SizingRequest) -> SizingReport:
         capacity=capacity,
         max_users=max_users(spec, budget, request.context),
         max_context=max_context(spec, budget, request.users),
-        steps=_steps(spec, inp, request, weights, count, usable),
-        charts=_charts(inp, request, weights, usable, count),
+        steps=_steps(spec, inp, request, weights, count, usable, per_user),
+        charts=_charts(inp, request, weights, usable, count, kv_total),
         table=_table(inp, request, weights),
         without_gqa=without_gqa,
         warnings=_warnings(inp, request, weights, usable),
@@ -436,7 +436,7 @@ def _bpv_text(p: Precision) -> str:
 
 
 def _steps(spec: KVCacheSpec, inp: _Inputs, req: SizingRequest, weights: int, count: GpuCount,
-           usable: Fraction) -> tuple[FormulaStep, ...]:
+           usable: Fraction, per_user: Fraction) -> tuple[FormulaStep, ...]:
     m, kv = inp.model, inp.kv
     b, d = UnitSystem.BINARY, UnitSystem.DECIMAL
     if m.attention is AttentionKind.MLA:
@@ -463,7 +463,6 @@ def _steps(spec: KVCacheSpec, inp: _Inputs, req: SizingRequest, weights: int, co
         user_expr = " + ".join(parts)
     else:
         user_expr = f"{_fmt(spec.bytes_per_token)} × {t:,}"
-    per_user = spec.sequence_bytes(t)
     steps.append(_bytes_step(f"Per user at {t:,} tokens", user_expr, per_user, b))
     kv_total = req.users * per_user
     steps.append(_bytes_step(f"All {req.users:,} users", f"{_fmt(per_user)} × {req.users:,}", kv_total, b))
@@ -512,10 +511,9 @@ def _thin(values: list[int]) -> tuple[int, ...]:
     return tuple(sorted({values[int(i * step)] for i in range(_CHART_MAX_POINTS)} | {values[-1]}))
 
 
-def _charts(inp: _Inputs, req: SizingRequest, weights: int, usable: Fraction, count: GpuCount) -> ChartData:
+def _charts(inp: _Inputs, req: SizingRequest, weights: int, usable: Fraction, count: GpuCount,
+            kv_total: Fraction) -> ChartData:
     m = inp.model
-    spec = KVCacheSpec(model=m, precision=inp.kv)
-    kv_total = req.users * spec.sequence_bytes(req.context)
     top = max(8, math.ceil(count.count * 1.25) + 1)
     # Evenly spaced counts from 1 to ``top`` without building the whole range (top may be 10**6).
     counts = _thin([1 + (top - 1) * i // (_CHART_MAX_POINTS - 1) for i in range(_CHART_MAX_POINTS)] + [count.count])
