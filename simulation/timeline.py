@@ -33,13 +33,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulation.allocators import AddressSpace, chunk_sizes, make_allocator
-from simulation.arith import cdiv_array
+from simulation.arith import cdiv, cdiv_array, paged_slots
 from simulation.memory import KvBudget, MemoryBreakdown
 from simulation.policies import ReservationPolicy, clip_to_context, reservation_tokens
+from simulation.snapshot import DEFAULT_BLOCK_SIZE
 from simulation.workloads import Workload
 
-# vLLM's default block size, tokens.
-DEFAULT_BLOCK_SIZE = 16
 # Time-per-output-token of one decode iteration: ~25 ms is typical of a large model at moderate
 # batch (an assumption; a setting).
 DEFAULT_DECODE_STEP_S = 0.025
@@ -293,7 +292,7 @@ class _Simulation:
     def _held(self) -> np.ndarray:
         """Slots held by each running request (int64, shape (b,))."""
         if self.paged:
-            return cdiv_array(self.run_len, self.config.block_size) * self.config.block_size
+            return paged_slots(self.run_len, self.config.block_size)
         return self.chunk[self.run_id]
 
     def _external(self) -> int:
@@ -307,15 +306,17 @@ class _Simulation:
         holes = self.allocator.hole_sizes()
         return int(holes[holes < self.chunk[head]].sum())
 
+    def _memory(self) -> tuple[int, int, int, int]:
+        """Slots now: (token states, filled eventually by their request, allocated, external)."""
+        held = self._held()
+        return (int(self.run_len.sum()), int(np.minimum(held, self.run_final).sum()), int(held.sum()),
+                self._external())
+
     def _record(self, force: bool = False) -> None:
         if not force and self.time < self.next_record_time:
             return
         self.next_record_time = self.time + self.record_interval
-        held = self._held()
-        tokens = int(self.run_len.sum())
-        filled = int(np.minimum(held, self.run_final).sum())
-        allocated = int(held.sum())
-        external = self._external()
+        tokens, filled, allocated, external = self._memory()
         self.samples.append((self.time, tokens, filled - tokens, allocated - filled, external,
                              self.budget - allocated - external, self.run_id.size,
                              len(self.queue) + self._arrived_not_queued(), self.preemptions))
@@ -328,11 +329,11 @@ class _Simulation:
         """Add ``seconds`` of the current (frozen) state to the time integrals."""
         if seconds <= 0:
             return
-        held = self._held()
-        self.acc.tokens += seconds * int(self.run_len.sum())
-        self.acc.filled += seconds * int(np.minimum(held, self.run_final).sum())
-        self.acc.held += seconds * int(held.sum())
-        self.acc.external += seconds * self._external()
+        tokens, filled, allocated, external = self._memory()
+        self.acc.tokens += seconds * tokens
+        self.acc.filled += seconds * filled
+        self.acc.held += seconds * allocated
+        self.acc.external += seconds * external
         self.acc.batch += seconds * self.run_id.size
 
     def _integrate_steps(self, steps: int) -> None:
@@ -368,7 +369,7 @@ class _Simulation:
             request = self.queue[0]
             length = int(self.resume_length[request])
             if self.paged:
-                need = -(-length // block)
+                need = cdiv(length, block)
                 if self.free_blocks - need < self.watermark_blocks:
                     break
                 self.free_blocks -= need
@@ -379,8 +380,9 @@ class _Simulation:
                     break
             self.queue.popleft()
             if self.swapped[request]:
-                stall += length / self.config.swap_tokens_per_s
-                self.stall_s += length / self.config.swap_tokens_per_s
+                swap_in_s = length / self.config.swap_tokens_per_s
+                stall += swap_in_s
+                self.stall_s += swap_in_s
                 self.swapped_tokens += length
                 self.swapped[request] = False
             else:
@@ -404,21 +406,24 @@ class _Simulation:
         self._integrate_constant(stall)
         self.time += stall
 
-    def _blocks_needed(self, steps: int) -> int:
-        """New blocks the running requests need over the next ``steps`` steps."""
-        block = self.config.block_size
-        # Steps until each request's last block is full and the next token needs a new one.
-        first_need = cdiv_array(self.run_len, block) * block - self.run_len + 1
-        return int(np.maximum(0, (steps - first_need) // block + 1).sum())
+    def _first_need(self) -> np.ndarray:
+        """Steps until each running request's last block is full and its next token needs a new one."""
+        return paged_slots(self.run_len, self.config.block_size) - self.run_len + 1
+
+    def _blocks_needed(self, steps: int, first_need: np.ndarray | None = None) -> int:
+        """New blocks the running requests need over the next ``steps`` steps (``first_need``:
+        ``_first_need()``, when the caller already has it)."""
+        if first_need is None:
+            first_need = self._first_need()
+        return int(np.maximum(0, (steps - first_need) // self.config.block_size + 1).sum())
 
     def _steps_until_out_of_blocks(self, cap: int) -> tuple[int, int]:
         """(k, blocks the next k steps need): the largest k ≤ cap (≥ 1, as the caller has
         preempted for the next step) whose blocks are free."""
-        block = self.config.block_size
-        first_need = cdiv_array(self.run_len, block) * block - self.run_len + 1
+        first_need = self._first_need()
 
         def needed(steps: int) -> int:
-            return int(np.maximum(0, (steps - first_need) // block + 1).sum())
+            return self._blocks_needed(steps, first_need)
 
         at_cap = needed(cap)
         if at_cap <= self.free_blocks:
@@ -439,7 +444,7 @@ class _Simulation:
         while self._blocks_needed(1) > self.free_blocks:
             victim = int(np.argmax(self.run_seq))
             request, length = int(self.run_id[victim]), int(self.run_len[victim])
-            self.free_blocks += -(-length // block)
+            self.free_blocks += cdiv(length, block)
             self.resume_length[request] = length
             if self.config.preemption is Preemption.SWAP:
                 self.swapped[request] = True
@@ -475,7 +480,8 @@ class _Simulation:
     def run(self) -> TimelineResult:
         step_s = self.config.decode_step_s
         total = self.order.size
-        self.samples.append((0.0, 0, 0, 0, self._external(), self.budget - self._external(), 0, 0, 0))
+        external = self._external()
+        self.samples.append((0.0, 0, 0, 0, external, self.budget - external, 0, 0, 0))
         while self.completed < total:
             self._enqueue_arrivals()
             self._admit()
