@@ -59,6 +59,12 @@ def _shipped(directory: str):
     return find_shipped_results(Path(directory))
 
 
+@st.cache_data(show_spinner=False, max_entries=4)
+def _uploaded(data: bytes):
+    """Parse an uploaded harness JSON once, not on every rerun (a ValueError is not cached)."""
+    return load_bench_json(data)
+
+
 @st.cache_data(show_spinner="Running the kernels under the Triton interpreter...")
 def _interpreter_check():
     return interpreter_check()
@@ -173,9 +179,10 @@ if backend.gpu:
 
 # Which results the views below draw.
 shipped = _shipped(str(st.session_state.get("kernels_shipped_dir", RESULTS_DIR)))
+session_report = merge_reports(runs)  # None before the first run
 sources: dict[str, object] = {}
-if runs:
-    sources[SESSION_SOURCE] = merge_reports(runs)
+if session_report is not None:
+    sources[SESSION_SOURCE] = session_report
 if shipped.newest is not None:
     sources[f"Shipped: {shipped.newest.path.name}"] = shipped.newest.report
 with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`)", icon=":material/upload_file:",
@@ -183,7 +190,7 @@ with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`
     upload = st.file_uploader("Benchmark JSON", type=["json"], key="k_upload")
     if upload is not None:
         try:
-            sources[f"Uploaded: {upload.name}"] = load_bench_json(upload.getvalue())
+            sources[f"Uploaded: {upload.name}"] = _uploaded(upload.getvalue())
             if st.session_state.get("k_upload_seen") != upload.file_id:
                 # A file just uploaded is what the user wants to see: select it once.
                 st.session_state["k_upload_seen"] = upload.file_id
@@ -204,8 +211,8 @@ else:
     source = st.radio("Results shown", list(sources), key="k_source", horizontal=True)
     report = sources[source]
 
-if runs:
-    st.download_button("Download this session's results (harness JSON)", report_to_json(merge_reports(runs)),
+if session_report is not None:
+    st.download_button("Download this session's results (harness JSON)", report_to_json(session_report),
                        file_name="kernels_session.json", mime="application/json", key="k_download",
                        icon=":material/download:")
 
