@@ -16,7 +16,7 @@ from fractions import Fraction
 
 from .errors import SizingError
 from .gpus import GPU
-from .kv import KVCacheSpec, usable_bytes
+from .kv import DEFAULT_USABLE_FRACTION, KVCacheSpec, usable_bytes
 from .models import ModelShape, check_int
 from .precisions import Precision
 
@@ -101,7 +101,7 @@ def plan_deployment(
     gpu: GPU,
     context: int,
     users: int,
-    usable_fraction: float | Fraction = 0.9,
+    usable_fraction: float | Fraction = DEFAULT_USABLE_FRACTION,
     gpus_per_node: int = GPUS_PER_NODE,
     max_tp: int = MAX_TP,
 ) -> DeploymentPlan:

@@ -36,11 +36,12 @@ from typing import Literal
 import numpy as np
 
 from sizing.bandwidth_sources import BandwidthEstimate
+from sizing.kv import DEFAULT_USABLE_FRACTION
+from sizing.plan import GPUS_PER_NODE  # an HGX/DGX node (DESIGN.md: "8 GPUs is a node")
 
 BindingLimit = Literal["memory", "latency", "bandwidth", "compute"]
 StepBound = Literal["bandwidth", "compute"]
 
-GPUS_PER_NODE = 8  # an HGX/DGX node (DESIGN.md: "8 GPUs is a node")
 # FLOPs per parameter per token in a forward pass: one multiply and one add per weight.
 FLOPS_PER_PARAM_PER_TOKEN = 2
 # The PagedAttention paper's claim to check the user's numbers against (Kwon et al., 2023).
@@ -351,7 +352,7 @@ def largest_batch_within_tpot(model: ModelCost, gpu: GpuSpec, estimate: Bandwidt
 
 def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
                   contiguous: AllocatorFit, paged: AllocatorFit, context: float,
-                  usable_fraction: float = 0.9, prompt_tokens: float | None = None,
+                  usable_fraction: float = DEFAULT_USABLE_FRACTION, prompt_tokens: float | None = None,
                   tpot_target_s: float | None = None, ttft_target_s: float | None = None,
                   arrival_rate_per_s: float | None = None,
                   mean_output_tokens: float | None = None) -> CapacityPlan:

@@ -17,7 +17,7 @@ import numpy as np
 from sizing.bandwidth_sources import BandwidthEstimate, choose_estimate
 from sizing.edge import EdgePlan, EdgeWorkload, HistoryPoint, plan_edge, step_against_history
 from sizing.gpus import GPU
-from sizing.kv import KVCacheSpec, weights_bytes
+from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, KVCacheSpec, weights_bytes
 from sizing.models import ModelShape
 from sizing.planner import (
     AllocatorFit,
@@ -191,10 +191,10 @@ class PlanRequest:
     weight_precision: Precision
     gpu: GPU
     tp: int = 1
-    usable_fraction: float = 0.9
+    usable_fraction: float = DEFAULT_USABLE_FRACTION
     traffic: TrafficSpec = TrafficSpec()
     max_context: int = DEFAULT_MAX_CONTEXT
-    block_size: int = 16
+    block_size: int = DEFAULT_BLOCK_SIZE
     policy: str = "max"
     bandwidth_source: str = "measured"  # the most preferred source; falls back down the list
     efficiency: float | None = None  # overrides the source's bandwidth efficiency
