@@ -15,7 +15,7 @@ from pages._router import run_through_router
 from pages._url_state import UrlState
 from sizing.errors import SizingError
 from sizing.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu
-from sizing.hf_config import parse_hf_config
+from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
@@ -27,7 +27,6 @@ TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GROUP_CHOICES = (32, 64, 128, 256)
 UNIT_CHOICES = ("GiB (binary)", "GB (decimal)")
-MAX_UPLOAD_BYTES = 1_000_000  # the config parser rejects anything larger; say so before reading
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -94,7 +93,8 @@ with controls:
         params_b = st.number_input("Parameters (billions, 0 = estimate from the config)", min_value=0.0,
                                    value=0.0, step=0.1, key="config_params_b")
         data = uploaded.getvalue() if uploaded is not None else pasted.encode()
-        if uploaded is not None and uploaded.size > MAX_UPLOAD_BYTES:
+        # The config parser rejects anything larger; say so before reading the file.
+        if uploaded is not None and uploaded.size > MAX_CONFIG_BYTES:
             model_error = SizingError("config.json", f"file is {uploaded.size:,} bytes; the limit is 1 MB")
         elif data.strip():
             try:
