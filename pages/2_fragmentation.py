@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:  # standalone `streamlit run pages/2_fragmentation
 from pages._router import run_through_router  # noqa: E402
 from pages._url_state import UrlState  # noqa: E402
 from simulation.allocators import AddressSpace  # noqa: E402
-from simulation.block_table import block_table_demo  # noqa: E402
+from simulation.block_table import block_table_demo, demo_pool_blocks  # noqa: E402
 from simulation.memory import GIB, KvBudget, MemoryBreakdown  # noqa: E402
 from simulation.policies import ReservationPolicy  # noqa: E402
 from simulation.sharing import beam_search, parallel_sampling, prefix_caching  # noqa: E402
@@ -499,9 +499,8 @@ def block_table_section(url: UrlState, values: dict) -> dict:
     steps = cols[3].slider("Decode steps so far", 0, 40, key="frag.bt_steps", value=url.get("btt", 3, int))
     shared = cols[4].toggle("Share the prompt (fork)", key="frag.bt_shared", value=url.get("btsh", True, bool))
     per_token = values["budget"].per_token_bytes
-    # A pool with room for every sequence unshared, plus one spare block each, in grid rows.
-    needed = sequences * (-(-(prompt + steps) // block) + 1)
-    pool_blocks = POOL_COLUMNS * -(-needed // POOL_COLUMNS)
+    pool_blocks = demo_pool_blocks(block_size=block, prompt_tokens=prompt, sequences=sequences, steps=steps,
+                                   row_blocks=POOL_COLUMNS)
     demo = block_table_demo(block_size=block, prompt_tokens=prompt, sequences=sequences, steps=steps,
                             shared_prompt=shared, num_blocks=pool_blocks, token_bytes=per_token,
                             rng=np.random.default_rng(values["seed"]))
@@ -519,7 +518,7 @@ def block_table_section(url: UrlState, values: dict) -> dict:
     line = (f"p = {position}: logical block p // B = {address.logical_block}, offset p % B = {address.offset}, "
             f"physical block {address.physical_block} (ref count {address.ref_count})")
     if address.byte_address is not None:
-        line += (f"; byte address = {address.physical_block} × {block * per_token:,} + {address.offset} × "
+        line += (f"; byte address = {address.physical_block} × {demo.manager.block_bytes:,} + {address.offset} × "
                  f"{per_token:,} = {address.byte_address:,}")
     st.markdown(line)
     tables = pd.DataFrame([{"sequence": s, "tokens": demo.lengths[s],

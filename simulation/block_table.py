@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulation.arith import cdiv
+
 
 class OutOfBlocks(RuntimeError):
     """The pool has no free block left."""
@@ -207,6 +209,14 @@ class BlockTableDemo:
     events: tuple[BlockEvent, ...]
     copies: int
     manager: BlockManager
+
+
+def demo_pool_blocks(*, block_size: int, prompt_tokens: int, sequences: int, steps: int,
+                     row_blocks: int = 1) -> int:
+    """Blocks in the demo's pool: room for every sequence unshared plus one spare block each,
+    rounded up to whole rows of ``row_blocks`` (the page draws the pool as a grid)."""
+    needed = sequences * (cdiv(prompt_tokens + steps, block_size) + 1)
+    return row_blocks * cdiv(needed, row_blocks)
 
 
 def block_table_demo(*, block_size: int, prompt_tokens: int, sequences: int, steps: int,
