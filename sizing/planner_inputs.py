@@ -104,21 +104,18 @@ def allocator_fits(workload, *, budget_bytes: float, kv_bytes_per_token_per_gpu:
         "oracle": "contiguous, exact length known ahead (Orca-Oracle)",
     }[ReservationPolicy(policy).value]
     budget_tokens = int(budget_bytes // kv_bytes_per_token_per_gpu) if budget_bytes > 0 else 0
-    if budget_tokens < 1:
-        contiguous = AllocatorFit(allocator=f"contiguous-{policy}", label=policy_label,
-                                  sequences=0, utilisation=0.0)
-        paged = AllocatorFit(allocator="paged", label=f"paged, {block_size}-token blocks",
-                             sequences=0, utilisation=0.0)
-    else:
+    # (sequences, utilisation) per allocator; none fit when the budget holds no token.
+    contiguous_fit, paged_fit = (0, 0.0), (0, 0.0)
+    if budget_tokens >= 1:
         result = run_snapshot(workload, SnapshotConfig(
             budget=KvBudget(tokens=budget_tokens), max_context=max_context,
             block_size=block_size, policy=ReservationPolicy(policy)))
-        contiguous = AllocatorFit(allocator=f"contiguous-{policy}", label=policy_label,
-                                  sequences=int(result.contiguous.fit),
-                                  utilisation=float(result.contiguous.utilisation))
-        paged = AllocatorFit(allocator="paged", label=f"paged, {block_size}-token blocks",
-                             sequences=int(result.paged.fit),
-                             utilisation=float(result.paged.utilisation))
+        contiguous_fit = (int(result.contiguous.fit), float(result.contiguous.utilisation))
+        paged_fit = (int(result.paged.fit), float(result.paged.utilisation))
+    contiguous = AllocatorFit(allocator=f"contiguous-{policy}", label=policy_label,
+                              sequences=contiguous_fit[0], utilisation=contiguous_fit[1])
+    paged = AllocatorFit(allocator="paged", label=f"paged, {block_size}-token blocks",
+                         sequences=paged_fit[0], utilisation=paged_fit[1])
     return TrafficFits(contiguous=contiguous, paged=paged, mean_tokens=float(np.mean(totals)),
                        mean_prompt_tokens=float(np.mean(prompt)),
                        mean_output_tokens=float(np.mean(output)),
