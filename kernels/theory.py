@@ -57,6 +57,19 @@ class Hardware:
             raise ValueError(f"{self.name}: bandwidth and FLOP rate must be > 0, got "
                              f"{self.hbm_tbps} TB/s, {self.tflops} TFLOP/s")
 
+    def seconds_to_move(self, nbytes: float) -> float:
+        """Memory-bound time: ``nbytes`` through HBM at the full bandwidth."""
+        return nbytes / (self.hbm_tbps * TERA)
+
+    def seconds_to_compute(self, flops: float) -> float:
+        """Compute-bound time: ``flops`` at the full tensor-core rate."""
+        return flops / (self.tflops * TERA)
+
+
+def _bound(memory_s: float, compute_s: float) -> str:
+    """Which ceiling sets the idealised time."""
+    return "memory" if memory_s > compute_s else "compute"
+
 
 # Datasheet figures (dense, no sparsity): the reference page's H100 and this project's H200.
 H100_SXM = Hardware(name="H100 SXM (datasheet)", hbm_tbps=3.35, tflops=989.0)
@@ -126,25 +139,25 @@ class PrefillModel:
 
     @property
     def standard_memory_s_per_head(self) -> float:
-        return self.standard_traffic_per_head / (self.hardware.hbm_tbps * TERA)
+        return self.hardware.seconds_to_move(self.standard_traffic_per_head)
 
     @property
     def standard_memory_s(self) -> float:
         """Time to move S and P through HBM for the whole layer (the page's ~5.1 ms)."""
-        return self.standard_traffic_layer / (self.hardware.hbm_tbps * TERA)
+        return self.hardware.seconds_to_move(self.standard_traffic_layer)
 
     @property
     def tiled_memory_s_per_head(self) -> float:
-        return self.tiled_traffic_per_head / (self.hardware.hbm_tbps * TERA)
+        return self.hardware.seconds_to_move(self.tiled_traffic_per_head)
 
     @property
     def tiled_memory_s(self) -> float:
-        return self.tiled_traffic_layer / (self.hardware.hbm_tbps * TERA)
+        return self.hardware.seconds_to_move(self.tiled_traffic_layer)
 
     @property
     def compute_s(self) -> float:
         """Both matmuls at the full tensor-core rate (the page's ~1.1 ms)."""
-        return self.flops_layer / (self.hardware.tflops * TERA)
+        return self.hardware.seconds_to_compute(self.flops_layer)
 
     @property
     def standard_s(self) -> float:
@@ -157,11 +170,11 @@ class PrefillModel:
 
     @property
     def standard_bound(self) -> str:
-        return "memory" if self.standard_memory_s > self.compute_s else "compute"
+        return _bound(self.standard_memory_s, self.compute_s)
 
     @property
     def tiled_bound(self) -> str:
-        return "memory" if self.tiled_memory_s > self.compute_s else "compute"
+        return _bound(self.tiled_memory_s, self.compute_s)
 
     @property
     def standard_intensity(self) -> float:
@@ -196,11 +209,11 @@ class DecodeModel:
 
     @property
     def memory_s(self) -> float:
-        return self.kv_bytes / (self.hardware.hbm_tbps * TERA)
+        return self.hardware.seconds_to_move(self.kv_bytes)
 
     @property
     def compute_s(self) -> float:
-        return self.flops / (self.hardware.tflops * TERA)
+        return self.hardware.seconds_to_compute(self.flops)
 
     @property
     def predicted_s(self) -> float:
