@@ -328,10 +328,9 @@ def format_bytes(count: float) -> str:
 # ---- sections ------------------------------------------------------------------------------------
 def snapshot_section(url: UrlState, values: dict, workload: Workload, key: tuple) -> dict:
     left, right, third = st.columns(3)
-    policy = left.radio("Contiguous reservation (Orca baselines)", [p.value for p in ReservationPolicy],
-                        key="frag.policy", horizontal=True,
-                        index=[p.value for p in ReservationPolicy].index(
-                            url.get("policy", "max", str, [p.value for p in ReservationPolicy])),
+    policies = [p.value for p in ReservationPolicy]
+    policy = left.radio("Contiguous reservation (Orca baselines)", policies, key="frag.policy", horizontal=True,
+                        index=policies.index(url.get("policy", "max", str, policies)),
                         format_func={"max": "Max", "pow2": "Pow2", "oracle": "Oracle"}.get)
     random_moment = third.toggle("Random moment per request", key="frag.random",
                                  value=url.get("random", False, bool))
@@ -396,9 +395,9 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
     cols = st.columns(4)
     allocation = cols[0].selectbox("Allocator", allocations, key="frag.allocator",
                                    index=allocations.index(url.get("alloc", "paged", str, allocations)))
-    preemption = cols[1].radio("Preemption", [p.value for p in Preemption], key="frag.preempt", horizontal=True,
-                               index=[p.value for p in Preemption].index(
-                                   url.get("preempt", "recompute", str, [p.value for p in Preemption])))
+    preemptions = [p.value for p in Preemption]
+    preemption = cols[1].radio("Preemption", preemptions, key="frag.preempt", horizontal=True,
+                               index=preemptions.index(url.get("preempt", "recompute", str, preemptions)))
     has_arrivals = workload.arrival_s is not None
     use_trace_arrivals = has_arrivals and cols[2].toggle("Trace's own arrivals", key="frag.trace_arrivals",
                                                          value=url.get("tarr", True, bool))
@@ -413,8 +412,10 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
                                          value=url.get("batch", 256, int)))
     config = TimelineConfig(budget=values["budget"], max_context=values["max_context"], allocation=allocation,
                             block_size=values["block_size"], preemption=preemption,
-                            address_space=values["address_space"], decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
-    result = cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"], config)
+                            address_space=values["address_space"], decode_step_s=step_ms / 1000,
+                            prefill_tokens_per_s=prefill, max_batch=max_batch)
+    poisson_rate = None if use_trace_arrivals else rate  # None: the trace's own arrival times
+    result = cached_timeline(workload, key, poisson_rate, values["seed"], config)
     cols = st.columns(5)
     cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
     cols[1].metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
@@ -435,7 +436,7 @@ def timeline_section(url: UrlState, values: dict, workload: Workload, key: tuple
     compare = st.toggle("Compare all allocators on this workload (four runs)", key="frag.compare",
                         value=url.get("compare", False, bool))
     if compare:
-        runs = [(choice, cached_timeline(workload, key, None if use_trace_arrivals else rate, values["seed"],
+        runs = [(choice, cached_timeline(workload, key, poisson_rate, values["seed"],
                                          replace(config, allocation=choice)))
                 for choice in Allocation]
         st.plotly_chart(breakdown_figure([choice.value for choice, _ in runs], [r.breakdown for _, r in runs],
