@@ -328,7 +328,7 @@ with server_tab:
         figure = make_subplots(rows=1, cols=2, subplot_titles=(
             "Throughput per GPU against batch", "Time per output token against batch"))
         batches = [p.batch for p in plan.curve]
-        figure.add_trace(go.Scatter(x=batches, y=[p.tokens_per_s / plan.model.tp for p in plan.curve],
+        figure.add_trace(go.Scatter(x=batches, y=[p.tokens_per_s_per_gpu for p in plan.curve],
                                     mode="lines+markers", name="tokens/s per GPU"), row=1, col=1)
         figure.add_trace(go.Scatter(x=batches, y=[p.tpot_s * 1e3 for p in plan.curve],
                                     mode="lines+markers", name="TPOT (ms)"), row=1, col=2)

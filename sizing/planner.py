@@ -206,7 +206,8 @@ class CurvePoint:
 
     batch: int
     tpot_s: float
-    tokens_per_s: float
+    tokens_per_s: float  # whole replica
+    tokens_per_s_per_gpu: float  # the replica's rate ÷ its ``tp`` GPUs
     bound: StepBound
     fits_contiguous: bool
     fits_paged: bool
@@ -415,6 +416,7 @@ def throughput_curve(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate
     for batch in sorted(batches):
         step = decode_step(model, gpu, estimate, batch=batch, context=context)
         points.append(CurvePoint(batch=batch, tpot_s=step.step_s, tokens_per_s=step.tokens_per_s,
+                                 tokens_per_s_per_gpu=step.tokens_per_s / model.tp,
                                  bound=step.bound, fits_contiguous=batch <= contiguous_batch,
                                  fits_paged=batch <= paged_batch))
     return tuple(points)
