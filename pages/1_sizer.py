@@ -20,7 +20,9 @@ from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from sizing.report import SizingReport, SizingRequest, size_deployment
-from sizing.units import UnitSystem, format_bytes, to_unit
+# Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
+from sizing.units import GIGA_UNIT, UnitSystem, to_unit
+from sizing.units import format_up_to_giga as fmt
 
 MODEL_SOURCES = ("Preset", "Manual", "config.json")
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
@@ -37,11 +39,6 @@ def cached_report(request: SizingRequest) -> SizingReport:
 @st.cache_data(show_spinner=False, max_entries=32)
 def cached_config_shape(data: bytes, params: int | None) -> ModelShape:
     return parse_hf_config(data, params=params)
-
-
-def fmt(n_bytes: int, system: UnitSystem) -> str:
-    # Stop at GiB / GB as the reference page does (8,000 GiB, not 7.8 TiB).
-    return format_bytes(n_bytes, system, largest="GiB" if system is UnitSystem.BINARY else "GB")
 
 
 run_through_router()
@@ -165,7 +162,7 @@ with controls:
                           index=UNIT_CHOICES.index(url.get("units", UNIT_CHOICES[0], str, UNIT_CHOICES)))
 
 system = UnitSystem.BINARY if unit_label.startswith("GiB") else UnitSystem.DECIMAL
-big_unit = "GiB" if system is UnitSystem.BINARY else "GB"
+big_unit = GIGA_UNIT[system]
 
 url.write({
     "src": source, "model": preset_id, "kv": kv_dtype, "w": weight_dtype, "scales": scales,

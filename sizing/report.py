@@ -25,7 +25,7 @@ from .models import MAX_TOKENS, AttentionKind, ModelShape, check_int
 from .plan import GPUS_PER_NODE, DeploymentPlan, plan_deployment
 from .precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, Precision, get_precision
 from .presets import DEFAULT_PRESET, get_preset, presets
-from .units import GB, UnitSystem, best_unit, format_bytes, format_number, to_unit
+from .units import GB, GIGA_UNIT, UnitSystem, best_unit, format_bytes, format_number, format_up_to_giga, to_unit
 
 # The reference page's table: BF16, FP8 and 4-bit KV on the H100 SXM and the H200.
 REFERENCE_KV_DTYPES = ("bf16", "fp8", "int4")
@@ -413,15 +413,11 @@ def size_deployment(request: SizingRequest) -> SizingReport:
 
 # ---- worked formula ------------------------------------------------------------------------
 # Worked-answer amounts stop at GiB / GB, as the reference page writes them (1,073.7 GB, not 1.1 TB).
-_LARGEST = {UnitSystem.BINARY: "GiB", UnitSystem.DECIMAL: "GB"}
-
-
-def _fmt(n_bytes: Fraction | int, system: UnitSystem = UnitSystem.BINARY) -> str:
-    return format_bytes(n_bytes, system, largest=_LARGEST[system])
+_fmt = format_up_to_giga
 
 
 def _bytes_step(label: str, expression: str, n_bytes: Fraction | int, system: UnitSystem) -> FormulaStep:
-    unit = best_unit(n_bytes, system, largest=_LARGEST[system])
+    unit = best_unit(n_bytes, system, largest=GIGA_UNIT[system])
     other = UnitSystem.DECIMAL if system is UnitSystem.BINARY else UnitSystem.BINARY
     return FormulaStep(
         label=label, expression=expression, value=round(to_unit(n_bytes, unit), 3), unit=unit,

@@ -91,11 +91,23 @@ def format_bytes(
     return f"{format_number(to_unit(n_bytes, unit), digits)} {unit}"
 
 
+# Amounts stop at GiB / GB, as the reference page writes them (1,073.7 GB, not 1.1 TB).
+GIGA_UNIT: dict[UnitSystem, str] = {UnitSystem.BINARY: "GiB", UnitSystem.DECIMAL: "GB"}
+
+
+def format_up_to_giga(n_bytes: Real | Fraction, system: UnitSystem | str = UnitSystem.BINARY) -> str:
+    """:func:`format_bytes` in at most GiB / GB: ``"8,000 GiB"`` rather than ``"7.8 TiB"``."""
+    system = UnitSystem(system)
+    return format_bytes(n_bytes, system, largest=GIGA_UNIT[system])
+
+
 def both(n_bytes: Real | Fraction, *, digits: int = 1, largest_g: bool = True) -> str:
     """Binary and decimal side by side: ``"1,000 GiB = 1,073.7 GB"`` (capped at GiB/GB unless
     ``largest_g`` is False)."""
-    binary = format_bytes(n_bytes, UnitSystem.BINARY, digits=digits, largest="GiB" if largest_g else None)
-    decimal = format_bytes(n_bytes, UnitSystem.DECIMAL, digits=digits, largest="GB" if largest_g else None)
+    binary = format_bytes(n_bytes, UnitSystem.BINARY, digits=digits,
+                          largest=GIGA_UNIT[UnitSystem.BINARY] if largest_g else None)
+    decimal = format_bytes(n_bytes, UnitSystem.DECIMAL, digits=digits,
+                           largest=GIGA_UNIT[UnitSystem.DECIMAL] if largest_g else None)
     return f"{binary} = {decimal}"
 
 
