@@ -294,6 +294,11 @@ def _ratio(num_ms: float | None, den_ms: float | None) -> float | None:
     return num_ms / den_ms if num_ms and den_ms else None
 
 
+def _speedup(result: DecodeResult | PrefillResult, baseline: str, ours: str) -> float | None:
+    """How many times faster ``ours`` ran than ``baseline`` on one shape (None unless both ran)."""
+    return _ratio(_ok_ms(result, baseline), _ok_ms(result, ours))
+
+
 def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResult, ...]) -> tuple[Target, ...]:
     """The issue's targets from the records of one run (worst shape in each range)."""
     specs = {s.name: s for s in TARGET_SPECS}
@@ -306,22 +311,22 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
 
     out = [
         _worst([(r.shape.label, kernel_tbps(r)) for r in large], specs["decode_large_tbps"], no_large),
-        _worst([(r.shape.label, _ratio(_ok_ms(r, "sdpa_cudnn"), _ok_ms(r, "triton_paged"))) for r in large],
+        _worst([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in large],
                specs["decode_large_vs_cudnn"], no_large),
-        _worst([(r.shape.label, _ratio(_ok_ms(r, "gather_sdpa"), _ok_ms(r, "triton_paged"))) for r in large],
+        _worst([(r.shape.label, _speedup(r, "gather_sdpa", "triton_paged")) for r in large],
                specs["decode_large_vs_gather"], no_large),
     ]
     b1 = [r for r in decode if r.shape.batch == 1 and r.shape.context == 32 * 1024]
-    out.append(_worst([(r.shape.label, _ratio(_ok_ms(r, "sdpa_cudnn"), _ok_ms(r, "triton_paged"))) for r in b1],
+    out.append(_worst([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in b1],
                       specs["decode_b1_32k_vs_cudnn"], "no batch-1 context-32K decode shape in this run"))
-    out.append(_worst([(r.shape.label, _ratio(_ok_ms(r, "triton_paged"), _ok_ms(r, "triton_paged_fp8")))
-                       for r in large], specs["decode_fp8_vs_bf16"], no_large))
+    out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_fp8")) for r in large],
+                      specs["decode_fp8_vs_bf16"], no_large))
     for causal in (True, False):
         rows = [r for r in prefill if r.shape.causal == causal and r.shape.seq_len >= 4096]
         kind = "causal" if causal else "noncausal"
         empty = f"no {kind} prefill shape with N >= 4K in this run"
         for base in ("flash", "cudnn"):
-            pairs = [(r.shape.label, _ratio(_ok_ms(r, f"sdpa_{base}"), _ok_ms(r, "triton_flash"))) for r in rows]
+            pairs = [(r.shape.label, _speedup(r, f"sdpa_{base}", "triton_flash")) for r in rows]
             out.append(_worst(pairs, specs[f"prefill_vs_{base}_{kind}"], empty))
     order = [s.name for s in TARGET_SPECS]
     return tuple(sorted(out, key=lambda t: order.index(t.name)))
