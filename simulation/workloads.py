@@ -8,7 +8,7 @@ caller's ``np.random.Generator``: the same seed gives the same workload.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -64,15 +64,12 @@ class Workload:
 
     def head(self, n: int) -> "Workload":
         """The first ``n`` requests."""
-        return Workload(
-            prompt_tokens=self.prompt_tokens[:n], output_tokens=self.output_tokens[:n],
-            arrival_s=None if self.arrival_s is None else self.arrival_s[:n], source=self.source,
-        )
+        return replace(self, prompt_tokens=self.prompt_tokens[:n], output_tokens=self.output_tokens[:n],
+                       arrival_s=None if self.arrival_s is None else self.arrival_s[:n])
 
     def with_arrivals(self, arrival_s: np.ndarray) -> "Workload":
         """The same requests with the given arrival times (seconds, shape (n,))."""
-        return Workload(prompt_tokens=self.prompt_tokens, output_tokens=self.output_tokens,
-                        arrival_s=np.asarray(arrival_s, dtype=np.float64), source=self.source)
+        return replace(self, arrival_s=np.asarray(arrival_s, dtype=np.float64))
 
 
 class LengthDistribution(Protocol):
