@@ -109,8 +109,3 @@ def both(n_bytes: Real | Fraction, *, digits: int = 1, largest_g: bool = True) -
     decimal = format_bytes(n_bytes, UnitSystem.DECIMAL, digits=digits,
                            largest=GIGA_UNIT[UnitSystem.DECIMAL] if largest_g else None)
     return f"{binary} = {decimal}"
-
-
-def in_gib_and_gb(n_bytes: Real | Fraction) -> tuple[float, float]:
-    """(GiB, GB) of an amount, for tables that show both columns."""
-    return to_unit(n_bytes, "GiB"), to_unit(n_bytes, "GB")
