@@ -10,8 +10,9 @@ def cdiv(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
 
 
-def cdiv_array(numerator: np.ndarray, denominator: int) -> np.ndarray:
-    """Element-wise ceiling division of a non-negative int64 array by a positive integer."""
+def cdiv_array(numerator: np.ndarray, denominator: int | np.ndarray) -> np.ndarray:
+    """Element-wise ceiling division of a non-negative int64 array by a positive integer (or an
+    array of them that broadcasts against it)."""
     return -(-numerator // denominator)
 
 
@@ -30,6 +31,7 @@ def next_power_of_two(values: np.ndarray) -> np.ndarray:
     return np.left_shift(np.int64(1), exponent.astype(np.int64))
 
 
-def paged_slots(lengths: np.ndarray, block_size: int) -> np.ndarray:
-    """Token slots held by sequences of ``lengths`` tokens in blocks of ``block_size``: B·⌈L/B⌉."""
+def paged_slots(lengths: np.ndarray, block_size: int | np.ndarray) -> np.ndarray:
+    """Token slots held by sequences of ``lengths`` tokens in blocks of ``block_size``: B·⌈L/B⌉
+    (``block_size`` may be an array that broadcasts against ``lengths``)."""
     return cdiv_array(np.asarray(lengths, dtype=np.int64), block_size) * block_size

@@ -316,7 +316,7 @@ def sweep_block_sizes(workload: Workload, *, max_context: int,
     prompt, output, _ = clip_to_context(workload, max_context)
     lengths = (prompt + output)[:, None]                       # (n, 1)
     sizes = np.asarray(block_sizes, dtype=np.int64)[None, :]   # (1, k)
-    held = -(-lengths // sizes) * sizes                        # (n, k) slots
+    held = paged_slots(lengths, sizes)                         # (n, k) slots
     waste = (held - lengths).mean(axis=0)
     return BlockSizeSweep(
         block_sizes=sizes[0], waste_tokens_mean=waste,
