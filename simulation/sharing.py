@@ -106,8 +106,9 @@ def beam_search(*, prompt_tokens: int, width: int, steps: int, block_size: int,
     """
     if width < 1 or steps < 1 or prompt_tokens < 1:
         raise ValueError(f"need width, steps, prompt_tokens >= 1; got {width}, {steps}, {prompt_tokens}")
-    without = width * cdiv(prompt_tokens + steps, block_size)
-    pool = width * (cdiv(prompt_tokens + steps, block_size) + 2)
+    blocks_per_beam = cdiv(prompt_tokens + steps, block_size)  # a full private copy at the last step
+    without = width * blocks_per_beam
+    pool = width * (blocks_per_beam + 2)
     manager = BlockManager(num_blocks=pool, block_size=block_size)
     manager.add_sequence(0, prompt_tokens)
     beams = [0]
