@@ -12,7 +12,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kernels.bench_records import BenchReport, Ceilings, DecodeResult, DecodeShape, PrefillResult, decode_flops
+from kernels.bench_records import (
+    BenchReport, Ceilings, DecodeResult, DecodeShape, PrefillResult, decode_flops, tflops,
+)
 from kernels.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
     Hardware, attainable_tflops, decode_contender_bytes, decode_model, prefill_contender_bytes, prefill_model,
@@ -94,7 +96,7 @@ def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
                                              n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
                                              bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
         rows.append({"contender": _name(m.contender), "intensity": flops / nbytes,
-                     "tflops": flops / (m.median_ms * 1e-3) / 1e12, "median ms": m.median_ms})
+                     "tflops": tflops(flops, m.median_ms), "median ms": m.median_ms})
     return pd.DataFrame(rows, columns=["contender", "intensity", "tflops", "median ms"])
 
 

@@ -75,6 +75,11 @@ class Traffic:
     def ratio(self) -> float:
         return self.naive_bytes / self.tiled_bytes
 
+    @property
+    def n_q_blocks(self) -> int:
+        """Query blocks of ``tile_q`` rows: how many times the tiled loop reads K and V."""
+        return _cdiv(self.seq_len, self.tile_q)
+
 
 @dataclass(frozen=True, kw_only=True)
 class OnlineSoftmaxRun:

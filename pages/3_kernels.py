@@ -311,7 +311,7 @@ with tab_softmax:
     m2.metric("HBM bytes, naive (FP16)", f"{t.naive_bytes:,}")
     m3.metric("HBM bytes, tiled (FP16)", f"{t.tiled_bytes:,}", f"{t.ratio:.1f}× less", delta_color="off")
     st.caption(f"Naive: 4Nd + 4N² values (S and P written and read). Tiled: Q and O once, K and V once per "
-               f"query block ({-(-sn // tq)} blocks). One step's on-chip working set: {t.sram_bytes:,} B.")
+               f"query block ({t.n_q_blocks} blocks). One step's on-chip working set: {t.sram_bytes:,} B.")
 
 # ---------------------------------------------------------------- correctness under the interpreter
 with tab_check:
