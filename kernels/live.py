@@ -141,8 +141,8 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
         if step.kind == "decode":
             decode.append(bench.bench_decode_shape(step.decode, ceilings, config=config, contenders=step.contenders))
         elif step.kind == "prefill":
-            dims = step.prefill
-            prefill.append(bench.bench_prefill_shape(dims, ceilings, config=config, contenders=step.contenders))
+            prefill.append(bench.bench_prefill_shape(step.prefill, ceilings, config=config,
+                                                     contenders=step.contenders))
         else:
             shape = plan.prefill or plan.decode
             heads = shape.n_q_heads
@@ -229,6 +229,12 @@ class InterpreterCheck:
         return self.max_abs_err <= self.tolerance
 
 
+def _compare(kernel: str, shape: str, dtype: str, got, ref, started: float) -> InterpreterCheck:
+    """One check's record: max abs error of ``got`` against the float32 ``ref``, time since ``started``."""
+    return InterpreterCheck(kernel=kernel, shape=shape, dtype=dtype, max_abs_err=float((got.float() - ref).abs().max()),
+                            tolerance=INTERPRETER_TOLERANCE[dtype], seconds=time.perf_counter() - started)
+
+
 def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
     """Both kernels at toy sizes on CPU tensors (Triton interpreter) against the references.
 
@@ -259,9 +265,7 @@ def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
         q = torch.randn(len(lens), hq, d, generator=gen).to(dt)
         got = paged_decode_attention(q, cache.k_cache, cache.v_cache, cache.block_tables, cache.seq_lens)
         ref = paged_attention_reference(q, cache.k_cache, cache.v_cache, cache.block_tables, cache.seq_lens)
-        out.append(InterpreterCheck(kernel="paged decode", shape=decode_label, dtype=name,
-                                    max_abs_err=float((got.float() - ref).abs().max()),
-                                    tolerance=INTERPRETER_TOLERANCE[name], seconds=time.perf_counter() - t0))
+        out.append(_compare("paged decode", decode_label, name, got, ref, t0))
         if name == "fp16":
             t0 = time.perf_counter()
             c8 = quantize_fp8(cache)
@@ -269,10 +273,7 @@ def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
                                          k_scale=c8.k_scale, v_scale=c8.v_scale)
             ref = paged_attention_reference(q, c8.k_cache, c8.v_cache, c8.block_tables, c8.seq_lens,
                                             k_scale=c8.k_scale, v_scale=c8.v_scale)
-            label = "fp8 KV (fp16 q)"
-            out.append(InterpreterCheck(kernel="paged decode", shape=decode_label + ", per-head scales",
-                                        dtype=label, max_abs_err=float((got.float() - ref).abs().max()),
-                                        tolerance=INTERPRETER_TOLERANCE[label], seconds=time.perf_counter() - t0))
+            out.append(_compare("paged decode", decode_label + ", per-head scales", "fp8 KV (fp16 q)", got, ref, t0))
     n, fq, fkv = 100, 4, 2
     for name, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
         t0 = time.perf_counter()
@@ -281,7 +282,5 @@ def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
         v = torch.randn(1, fkv, n, d, generator=gen).to(dt)
         got, _ = flash_attention_forward(q, k, v, causal=True)
         ref = naive_attention(q, k, v, causal=True)
-        out.append(InterpreterCheck(kernel="tiled forward", shape=f"B=1 N={n} H={fq}/{fkv} d={d} causal",
-                                    dtype=name, max_abs_err=float((got.float() - ref).abs().max()),
-                                    tolerance=INTERPRETER_TOLERANCE[name], seconds=time.perf_counter() - t0))
+        out.append(_compare("tiled forward", f"B=1 N={n} H={fq}/{fkv} d={d} causal", name, got, ref, t0))
     return tuple(out)
