@@ -63,9 +63,13 @@ class RunPlan:
             raise ValueError(f"a {self.kernel} plan needs exactly its own shape")
 
     @property
+    def shape(self) -> DecodeShape | PrefillShape:
+        """The chosen shape (the plan's one non-None shape)."""
+        return self.decode if self.kernel == "decode" else self.prefill
+
+    @property
     def label(self) -> str:
-        shape = self.decode if self.kernel == "decode" else self.prefill
-        return f"{self.kernel} {shape.label}"
+        return f"{self.kernel} {self.shape.label}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +148,7 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
             prefill.append(bench.bench_prefill_shape(step.prefill, ceilings, config=config,
                                                      contenders=step.contenders))
         else:
-            shape = plan.prefill or plan.decode
+            shape = plan.shape
             heads = shape.n_q_heads
             if step.contender == "naive" and naive_oom:
                 memory.append(MemoryPoint(seq_len=step.seq_len, batch=1, n_heads=heads, head_dim=shape.head_dim,

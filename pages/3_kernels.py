@@ -231,7 +231,7 @@ if report is not None:
             st.info(f"These results hold no {KERNELS[kernel].lower()} shapes.", icon=":material/info:")
         else:
             labels = [f"{r.shape.label} {getattr(r.shape, 'dtype', '')}" for r in records]
-            wanted = plan.decode if plan and kernel == "decode" else plan.prefill if plan else None
+            wanted = plan.shape if plan else None
             default = next((i for i, r in enumerate(records) if r.shape == wanted), 0)
             pick = st.selectbox("Shape from these results", range(len(records)), format_func=labels.__getitem__,
                                 index=default, key=f"k_pick_{kernel}")
