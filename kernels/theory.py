@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.bench_records import decode_flops, decode_kv_bytes, prefill_flops
+from kernels.bench.records import decode_flops, decode_kv_bytes, prefill_flops
 
 __all__ = [
     "Hardware", "H100_SXM", "H200_SXM", "PrefillModel", "DecodeModel", "RooflinePoint",

@@ -10,19 +10,19 @@ import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from pages import _sizer_charts as charts
-from pages._router import run_through_router
-from pages._url_state import UrlState
+from ui import sizer_charts as charts
+from ui.router import run_through_router
+from ui.url_state import UrlState
 from sizing.errors import SizingError
-from sizing.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu
+from hardware.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu
 from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from sizing.report import SizingReport, SizingRequest, size_deployment
 # Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
-from sizing.units import GIGA_UNIT, UnitSystem, to_unit
-from sizing.units import format_up_to_giga as fmt
+from units import GIGA_UNIT, UnitSystem, to_unit
+from units import format_up_to_giga as fmt
 
 MODEL_SOURCES = ("Preset", "Manual", "config.json")
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)

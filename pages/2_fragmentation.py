@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # standalone `streamlit run pages/2_fragmentation.py`
     sys.path.insert(0, str(ROOT))
 
-from pages._router import run_through_router  # noqa: E402
-from pages._url_state import UrlState  # noqa: E402
+from ui.router import run_through_router  # noqa: E402
+from ui.url_state import UrlState  # noqa: E402
 from simulation.allocators import AddressSpace  # noqa: E402
 from simulation.block_table import block_table_demo, demo_pool_blocks  # noqa: E402
 from simulation.memory import GIB, KvBudget, MemoryBreakdown  # noqa: E402

@@ -1,14 +1,14 @@
 """Live kernels: the Triton paged-decode and tiled-forward kernels timed on this machine's GPU.
 
-Thin page: widgets → ``kernels.live.RunPlan`` → the harness (through an injectable backend) →
-records → ``kernels.live_views`` tables and figures. Without a GPU it shows the results shipped
+Thin page: widgets → ``kernels.bench.live.RunPlan`` → the harness (through an injectable backend) →
+records → ``ui.kernel_charts`` tables and figures. Without a GPU it shows the results shipped
 in ``benchmarks/results/`` (or an uploaded harness JSON) in the same charts and runs the kernels
 under the Triton interpreter at a toy size.
 
 Test hooks (``st.session_state``, set before the first run):
-``kernels_backend``: a ``kernels.live.Backend`` (AppTest substitutes recorded results for the GPU);
+``kernels_backend``: a ``kernels.bench.live.Backend`` (AppTest substitutes recorded results for the GPU);
 ``kernels_shipped_dir``: where to look for shipped JSON files;
-``kernels_gate``: a ``kernels.gpu_lock.GpuGate`` standing for another session's hold on the GPU.
+``kernels_gate``: a ``ui.gpu_lock.GpuGate`` standing for another session's hold on the GPU.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ from kernels.runtime import ensure_triton_backend, interpreter_active
 
 ensure_triton_backend()  # before any kernel module: Triton reads TRITON_INTERPRET at decoration
 
-from kernels.bench_records import DecodeShape, PrefillShape, load_bench_json, report_to_json  # noqa: E402
-from kernels.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
-from kernels.live import (  # noqa: E402
+from kernels.bench.records import DecodeShape, PrefillShape, load_bench_json, report_to_json  # noqa: E402
+from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
+from kernels.bench.live import (  # noqa: E402
     MEMORY_NS, Backend, RunPlan, default_backend, interpreter_check, merge_reports,
 )
-from kernels.live_views import (  # noqa: E402
+from ui.kernel_charts import (  # noqa: E402
     decode_sweep_rows, measurement_table, memory_figure, memory_rows, prefill_sweep_rows, roofline_figure,
     softmax_step_figure, sweep_figure, theory_rows,
 )
 from kernels.online_softmax import online_softmax_attention, random_head  # noqa: E402
-from kernels.shipped_results import RESULTS_DIR, find_shipped_results, provenance_lines  # noqa: E402
-from pages._router import run_through_router  # noqa: E402
+from kernels.bench.shipped import RESULTS_DIR, find_shipped_results, provenance_lines  # noqa: E402
+from ui.router import run_through_router  # noqa: E402
 
 try:
-    from pages._url_state import UrlState
+    from ui.url_state import UrlState
 except ImportError:  # run standalone from inside pages/
     from _url_state import UrlState  # type: ignore[no-redef]
 

@@ -1,4 +1,4 @@
-"""Capacity planner page: widgets → PlanRequest → sizing.planner_inputs (cached) → plotly.
+"""Capacity planner page: widgets → PlanRequest → planner.plan (cached) → plotly.
 
 Users served and time per output token for a model on a GPU, contiguous against paged KV, with
 the limit that binds said in words; and an edge view for a robot's shared-memory module.
@@ -20,30 +20,30 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from kernels.bench_records import report_to_json
-from kernels.live import merge_reports
-from pages._router import run_through_router
-from pages._url_state import UrlState
-from sizing.bandwidth_sources import (
+from kernels.bench.records import report_to_json
+from kernels.bench.live import merge_reports
+from ui.router import run_through_router
+from ui.url_state import UrlState
+from planner.bandwidth import (
     SOURCES_IN_ORDER,
     BandwidthEstimate,
     BenchJsonError,
     datasheet_estimate,
     load_bench_json,
 )
-from sizing.edge import EdgeWorkload
+from planner.edge import EdgeWorkload
 from sizing.errors import SizingError
-from sizing.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
+from hardware.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
-from sizing.planner_inputs import (
+from planner.plan import (
     DEFAULT_MAX_CONTEXT,
     PlanRequest,
     TrafficSpec,
     run_edge_plan,
     run_plan,
 )
-from sizing.units import GB, both, format_bytes, format_number
+from units import GB, both, format_bytes, format_number
 
 TRACES_DIR = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "traces"
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel groups come in powers of two

@@ -7,7 +7,7 @@ with status 2 and one line naming the argument: no traceback, no usage block.
 
 The option groups are built by ``add_*_arguments`` helpers and turned into a request by
 :func:`request_from_args`, so that a later ``python -m sizing plan`` subcommand (issue 6) can
-reuse them; ``python -m sizing plan ...`` is dispatched to :mod:`sizing.planner_cli`.
+reuse them; ``python -m sizing plan ...`` is dispatched to :mod:`planner.cli`.
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import NoReturn
 
-from .errors import ConfigError, SizingError
-from .gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu, gpus
-from .hf_config import MAX_CONFIG_BYTES, parse_hf_config
-from .kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
-from .models import ModelShape
-from .precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES
-from .presets import DEFAULT_PRESET, PRESET_IDS, get_preset, presets
-from .report import SizingReport, SizingRequest, size_deployment
-from .units import GiB, UnitSystem, both, format_bytes
+from sizing.errors import ConfigError, SizingError
+from hardware.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu, gpus
+from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
+from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
+from sizing.models import ModelShape
+from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES
+from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset, presets
+from sizing.report import SizingReport, SizingRequest, size_deployment
+from units import GiB, UnitSystem, both, format_bytes
 
 PROG = "python -m sizing"
 EXIT_USAGE = 2  # argparse's status for bad arguments
@@ -323,11 +323,6 @@ def _option_message(exc: SizingError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0, or 2 for a bad argument)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["plan"]:
-        # Issue 6's capacity planner: its own parser, built from this module's option groups.
-        from .planner_cli import main as plan_main
-
-        return plan_main(argv[1:])
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

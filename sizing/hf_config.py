@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigError, SizingError
-from .models import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, ModelShape
+from sizing.errors import ConfigError, SizingError
+from sizing.models import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, ModelShape
 
 # Largest config accepted. Real config.json files are a few KB; 1 MB stops a pasted log or a
 # hostile upload from reaching the JSON parser.

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from .errors import SizingError
-from .gpus import GPU
-from .models import ModelShape, check_int
-from .precisions import Precision
+from sizing.errors import SizingError
+from hardware.gpus import GPU
+from sizing.models import ModelShape, check_int
+from sizing.precisions import Precision
 
 DEFAULT_USABLE_FRACTION = 0.9  # the reference page's planning assumption: 90 % of HBM for weights + KV
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default tokens per KV block

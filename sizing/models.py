@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from .errors import SizingError
+from sizing.errors import SizingError
 
 # Upper bounds that no real model approaches; they reject hostile or mistyped input (a config
 # with 10**30 layers) before it reaches arithmetic or charts.

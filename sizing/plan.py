@@ -14,11 +14,11 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .errors import SizingError
-from .gpus import GPU
-from .kv import DEFAULT_USABLE_FRACTION, KVCacheSpec, usable_bytes
-from .models import ModelShape, check_int
-from .precisions import Precision
+from sizing.errors import SizingError
+from hardware.gpus import GPU
+from sizing.kv import DEFAULT_USABLE_FRACTION, KVCacheSpec, usable_bytes
+from sizing.models import ModelShape, check_int
+from sizing.precisions import Precision
 
 GPUS_PER_NODE = 8  # HGX/DGX nodes carry 8 GPUs on one NVLink domain
 MAX_TP = 64  # largest TP group considered: 8 nodes

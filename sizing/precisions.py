@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from .errors import SizingError
+from sizing.errors import SizingError
 
 # Bytes of one scale: fp16, the usual storage type for group scales.
 SCALE_BYTES = 2

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .errors import SizingError
-from .hf_config import parse_hf_config
-from .models import ModelShape
+from sizing.errors import SizingError
+from sizing.hf_config import parse_hf_config
+from sizing.models import ModelShape
 
 _HF = "https://huggingface.co"
 

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from .errors import SizingError
-from .gpus import DEFAULT_GPU, GPU, get_gpu
-from .kv import (
+from sizing.errors import SizingError
+from hardware.gpus import DEFAULT_GPU, GPU, get_gpu
+from sizing.kv import (
     DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, GpuCount, KVCacheSpec, KvCapacity, exact, gpus_needed,
     kv_capacity, max_context, max_users, usable_bytes, weights_bytes,
 )
-from .models import MAX_TOKENS, AttentionKind, ModelShape, check_int
-from .plan import GPUS_PER_NODE, DeploymentPlan, plan_deployment
-from .precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, Precision, get_precision
-from .presets import DEFAULT_PRESET, get_preset, presets
-from .units import GB, GIGA_UNIT, UnitSystem, best_unit, format_bytes, format_number, format_up_to_giga, to_unit
+from sizing.models import MAX_TOKENS, AttentionKind, ModelShape, check_int
+from sizing.plan import GPUS_PER_NODE, DeploymentPlan, plan_deployment
+from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, Precision, get_precision
+from sizing.presets import DEFAULT_PRESET, get_preset, presets
+from units import GB, GIGA_UNIT, UnitSystem, best_unit, format_bytes, format_number, format_up_to_giga, to_unit
 
 # The reference page's table: BF16, FP8 and 4-bit KV on the H100 SXM and the H200.
 REFERENCE_KV_DTYPES = ("bf16", "fp8", "int4")
@@ -162,8 +162,12 @@ class SizingWarning:
 
 @dataclass(frozen=True, kw_only=True)
 class Handoff:
-    """What the fragmentation page needs: a KV budget, bytes per token (over all TP ranks,
-    replication included), the maximum context, the block size, and a one-line summary."""
+    """What the sizer hands to the other pages: for the fragmentation page a KV budget, bytes
+    per token (over all TP ranks, replication included), the maximum context, the block size
+    and a one-line summary; for the planner the model, precisions, GPU and TP.
+
+    ``preset_id`` is the preset the model came from, or ``None`` for a manual shape or an
+    uploaded config (the planner then keeps its own model choice)."""
 
     kv_budget_bytes: int
     per_token_bytes: int
@@ -175,6 +179,8 @@ class Handoff:
     gpu_id: str = ""
     n_gpus: int = 1
     tp: int = 1
+    preset_id: str | None = None
+    weight_dtype: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.streamlit_helpers import goto
+from support.browser import goto
 
 pytestmark = pytest.mark.browser
 

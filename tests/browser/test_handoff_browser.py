@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.streamlit_helpers import after_rerun, goto, metric_value, select_option
+from support.browser import after_rerun, goto, metric_value, select_option
 
 pytestmark = pytest.mark.browser
 

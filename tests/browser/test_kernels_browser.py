@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser.streamlit_helpers import after_rerun, goto, metric_value, slider_press
+from support.browser import after_rerun, goto, metric_value, slider_press
 
 pytestmark = pytest.mark.browser
 

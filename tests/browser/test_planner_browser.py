@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.browser.streamlit_helpers import goto, metric_value, slider_press, wait_idle
+from support.browser import goto, metric_value, slider_press, wait_idle
 
 pytestmark = pytest.mark.browser
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.browser.streamlit_helpers import fill_number, goto, metric_value, slider_press
+from support.browser import fill_number, goto, metric_value, slider_press
 
 pytestmark = pytest.mark.browser
 

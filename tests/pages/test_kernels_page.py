@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kernels.bench_records import load_bench_json
-from kernels.gpu_lock import GpuGate
-from kernels.live import Backend
+from kernels.bench.records import load_bench_json
+from ui.gpu_lock import GpuGate
+from kernels.bench.live import Backend
 from kernels.runtime import interpreter_active
 
 ROOT = Path(__file__).resolve().parents[2]

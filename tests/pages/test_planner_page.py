@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kernels.bench_records import (
+from kernels.bench.records import (
     TARGET_SPECS,
     BenchReport,
     Ceilings,
@@ -170,7 +170,7 @@ def test_edge_view_faster_control_loop_binds_first():
 
 
 def test_the_live_kernels_pages_runs_count_as_measured():
-    from kernels.bench_records import load_bench_json
+    from kernels.bench.records import load_bench_json
 
     report = load_bench_json(_valid_bench_json(2.4))
     at = _open({**REFERENCE_URL, "source": "measured"},

@@ -13,12 +13,12 @@ import math
 
 import pytest
 
-from sizing.gpus import get_gpu
+from hardware.gpus import get_gpu
 from sizing.kv import KVCacheSpec, contiguous_fit, kv_budget_bytes, kv_capacity, paged_fit, usable_bytes
 from sizing.models import ModelShape
 from sizing.precisions import get_precision
 from sizing.report import SizingRequest, size_deployment
-from sizing.units import GB, GiB, KiB, MiB, format_bytes
+from units import GB, GiB, KiB, MiB, format_bytes
 
 LLAMA_70B = ModelShape(name="Llama-style 70B", layers=80, q_heads=64, kv_heads=8, head_dim=128, params=70 * 10**9)
 USERS, CONTEXT = 100, 32_768

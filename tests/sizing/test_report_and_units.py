@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 from sizing.errors import SizingError
-from sizing.gpus import GPU_IDS, custom_gpu, get_gpu
+from hardware.gpus import GPU_IDS, custom_gpu, get_gpu
 from sizing.kv import cdiv
 from sizing.models import ModelShape
 from sizing.plan import plan_deployment
 from sizing.precisions import get_precision
 from sizing.presets import preset_shape
 from sizing.report import SizingRequest, size_deployment
-from sizing.units import GB, GiB, KiB, MiB, both, format_bytes, to_unit
+from units import GB, GiB, KiB, MiB, both, format_bytes, to_unit
 
 L70 = preset_shape("llama-3.1-70b")
 

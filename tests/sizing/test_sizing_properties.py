@@ -8,7 +8,7 @@ import math
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from sizing.gpus import GPU_IDS, get_gpu
+from hardware.gpus import GPU_IDS, get_gpu
 from sizing.kv import KVCacheSpec, gpus_needed, kv_capacity, max_context, max_users, usable_bytes, weights_bytes
 from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision

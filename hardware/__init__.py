@@ -1,0 +1,1 @@
+"""The GPU catalogue: memory, bandwidth and matmul rates as vendors state them, with sources."""

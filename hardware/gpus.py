@@ -1,0 +1,120 @@
+"""GPU catalogue: memory as the vendor states it (decimal GB, 10**9 bytes), memory bandwidth
+(TB/s, 10**12 B/s) and dense BF16 tensor throughput (TFLOP/s, without 2:4 sparsity), each
+from the vendor's datasheet or product page (``source``).
+
+Memory stays in vendor GB here; :mod:`units` converts. A device whose memory is shared
+with the CPU (Jetson) is flagged: its "HBM" also holds the operating system and everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sizing.errors import SizingError
+from units import GB, TB
+
+# Upper bound for a custom entry: 100 TB of memory on one device rejects typos (MB entered as GB).
+MAX_CUSTOM_MEMORY_GB = 100_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One accelerator. ``memory_gb`` in vendor GB (10**9 B), ``bandwidth_tbs`` in TB/s."""
+
+    id: str
+    name: str
+    memory_gb: float
+    bandwidth_tbs: float
+    bf16_tflops: float  # dense tensor-core BF16 (FP16 where no BF16 figure), no sparsity
+    source: str
+    shared_memory: bool = False  # memory shared with the CPU (unified memory)
+    note: str = ""
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory in bytes (vendor GB × 10**9)."""
+        return round(self.memory_gb * GB)
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bandwidth_tbs * TB
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.memory_gb:g} GB)"
+
+
+_CATALOGUE: tuple[GPU, ...] = (
+    GPU(id="h100-sxm", name="H100 SXM", memory_gb=80, bandwidth_tbs=3.35, bf16_tflops=989,
+        source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,979 TFLOPS BF16 with sparsity)"),
+    GPU(id="h100-pcie", name="H100 PCIe", memory_gb=80, bandwidth_tbs=2.0, bf16_tflops=756,
+        source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,513 TFLOPS BF16 with sparsity)"),
+    GPU(id="h100-nvl", name="H100 NVL", memory_gb=94, bandwidth_tbs=3.9, bf16_tflops=835,
+        source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,671 TFLOPS BF16 with sparsity)"),
+    GPU(id="h200", name="H200 SXM", memory_gb=141, bandwidth_tbs=4.8, bf16_tflops=989,
+        source="https://www.nvidia.com/en-us/data-center/h200/ (datasheet: 1,979 TFLOPS BF16 with sparsity)"),
+    GPU(id="a100-40gb", name="A100 40GB SXM", memory_gb=40, bandwidth_tbs=1.555, bf16_tflops=312,
+        source="https://www.nvidia.com/en-us/data-center/a100/ (datasheet)"),
+    GPU(id="a100-80gb", name="A100 80GB SXM", memory_gb=80, bandwidth_tbs=2.039, bf16_tflops=312,
+        source="https://www.nvidia.com/en-us/data-center/a100/ (datasheet)"),
+    GPU(id="l40s", name="L40S", memory_gb=48, bandwidth_tbs=0.864, bf16_tflops=362,
+        source="https://www.nvidia.com/en-us/data-center/l40s/ (datasheet: 733 TFLOPS BF16 with sparsity)"),
+    GPU(id="l4", name="L4", memory_gb=24, bandwidth_tbs=0.3, bf16_tflops=121,
+        source="https://www.nvidia.com/en-us/data-center/l4/ (datasheet: 242 TFLOPS BF16 with sparsity)"),
+    GPU(id="rtx-4090", name="GeForce RTX 4090", memory_gb=24, bandwidth_tbs=1.008, bf16_tflops=165,
+        source="NVIDIA Ada Lovelace architecture whitepaper (165.2 TFLOPS BF16, FP32 accumulate, dense)"),
+    GPU(id="b200", name="B200", memory_gb=180, bandwidth_tbs=8.0, bf16_tflops=2250,
+        source="https://www.nvidia.com/en-us/data-center/dgx-b200/ (1,440 GB and 64 TB/s over 8 GPUs; "
+               "HGX B200: 4.5 PFLOPS BF16 with sparsity per GPU)",
+        note="shipping HGX/DGX B200 parts expose 180 GB; the announced figure was 192 GB"),
+    GPU(id="mi300x", name="AMD Instinct MI300X", memory_gb=192, bandwidth_tbs=5.3, bf16_tflops=1307,
+        source="https://www.amd.com/en/products/accelerators/instinct/mi300/mi300x.html (1,307.4 TFLOPS BF16 dense)"),
+    GPU(id="jetson-agx-orin-64gb", name="Jetson AGX Orin 64GB", memory_gb=64, bandwidth_tbs=0.2048,
+        bf16_tflops=42.5, shared_memory=True,
+        source="https://www.nvidia.com/en-us/autonomous-machines/embedded-systems/jetson-orin/ (64 GB LPDDR5, "
+               "204.8 GB/s; 275 TOPS INT8 sparse in all, 170 from the GPU)",
+        note="memory shared with the CPU, OS and perception stack; BF16 rate derived as half the GPU's "
+             "dense INT8 rate (170 sparse TOPS / 2 / 2)"),
+)
+
+GPU_IDS: tuple[str, ...] = tuple(g.id for g in _CATALOGUE)
+DEFAULT_GPU = "h100-sxm"
+
+
+def gpus() -> tuple[GPU, ...]:
+    """The catalogue, in display order."""
+    return _CATALOGUE
+
+
+def get_gpu(gpu_id: str) -> GPU:
+    """The catalogue entry with this id (case-insensitive); :class:`SizingError` on ``"gpu"`` otherwise."""
+    key = gpu_id.lower() if isinstance(gpu_id, str) else gpu_id
+    for gpu in _CATALOGUE:
+        if gpu.id == key:
+            return gpu
+    raise SizingError("gpu", f"unknown GPU {gpu_id!r}; choose one of {', '.join(GPU_IDS)}")
+
+
+def custom_gpu(
+    memory_gb: float,
+    *,
+    bandwidth_tbs: float = 1.0,
+    bf16_tflops: float = 100.0,
+    name: str = "Custom GPU",
+    shared_memory: bool = False,
+) -> GPU:
+    """A user-defined device; memory in vendor GB, bandwidth in TB/s, dense BF16 TFLOP/s."""
+    for field_name, value, high in (
+        ("gpu_memory_gb", memory_gb, MAX_CUSTOM_MEMORY_GB),
+        ("gpu_bandwidth_tbs", bandwidth_tbs, 10_000),
+        ("gpu_bf16_tflops", bf16_tflops, 1_000_000),
+    ):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SizingError(field_name, f"must be a number, got {value!r}")
+        if not 0 < value <= high:
+            raise SizingError(field_name, f"must be above 0 and at most {high:,}, got {value:g}")
+    return GPU(
+        id="custom", name=name, memory_gb=float(memory_gb), bandwidth_tbs=float(bandwidth_tbs),
+        bf16_tflops=float(bf16_tflops), source="entered by the user", shared_memory=shared_memory,
+    )

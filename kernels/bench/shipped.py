@@ -1,0 +1,62 @@
+"""The benchmark results shipped in the repository (``benchmarks/results/*.json``), newest first.
+
+Every file goes through ``kernels.bench.records.load_bench_json`` (schema, version and types
+checked); a file that fails is listed with its reason instead of being shown. "Newest" is the
+run date recorded in the file's provenance (file modification times are those of the checkout,
+not of the run); the file name breaks ties.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels.bench.records import BenchReport, load_bench_json
+
+__all__ = ["RESULTS_DIR", "ShippedResult", "ShippedResults", "find_shipped_results", "provenance_lines"]
+
+RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShippedResult:
+    path: Path
+    report: BenchReport
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShippedResults:
+    results: tuple[ShippedResult, ...]  # valid files, newest run first
+    rejected: tuple[tuple[Path, str], ...]  # (file, why it was not loaded)
+
+    @property
+    def newest(self) -> ShippedResult | None:
+        return self.results[0] if self.results else None
+
+
+def find_shipped_results(directory: Path = RESULTS_DIR) -> ShippedResults:
+    """Load every ``*.json`` under ``directory`` (not recursive)."""
+    ok: list[ShippedResult] = []
+    rejected: list[tuple[Path, str]] = []
+    for path in sorted(Path(directory).glob("*.json")):
+        try:
+            ok.append(ShippedResult(path=path, report=load_bench_json(path)))
+        except ValueError as exc:
+            rejected.append((path, str(exc)))
+    ok.sort(key=lambda r: (r.report.provenance.date, r.path.name), reverse=True)
+    return ShippedResults(results=tuple(ok), rejected=tuple(rejected))
+
+
+def provenance_lines(report: BenchReport, source: str) -> list[str]:
+    """Human-readable provenance of a report: where it came from and how it was measured."""
+    p, c = report.provenance, report.ceilings
+    copy = "not measured" if c.copy_tbps is None else f"{c.copy_tbps:.2f} TB/s"
+    mm = "not measured" if c.matmul_tflops is None else f"{c.matmul_tflops:.0f} TFLOP/s"
+    return [
+        f"Source: {source}",
+        f"Device: {p.device} ({p.sm_count} SMs), driver {p.driver or 'unknown'}, CUDA {p.cuda or '-'}",
+        f"Software: torch {p.torch}, triton {p.triton}, Python {p.python}",
+        f"Run: {p.date}, command `{p.command}`" + (f", code at commit {p.commit[:12]}" if p.commit else ""),
+        f"Measured ceilings: copy {copy} (datasheet {c.datasheet_tbps} TB/s), "
+        f"bf16 {c.matmul_n}³ matmul {mm} (datasheet {c.datasheet_tflops:.0f} TFLOP/s)",
+    ]

@@ -1,0 +1,285 @@
+"""Builds the planner's inputs from the rest of the project: the sizer's model shapes, precisions
+and GPU catalogue, and the simulator's snapshot fits on a workload.
+
+Kept apart from ``planner.py`` so that the planner's equations depend on plain numbers only (and
+its tests on hand calculations), while this module follows the other libraries' APIs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from planner.bandwidth import BandwidthEstimate, choose_estimate
+from planner.edge import EdgePlan, EdgeWorkload, HistoryPoint, plan_edge, step_against_history
+from hardware.gpus import GPU
+from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, KVCacheSpec, weights_bytes
+from sizing.models import ModelShape
+from planner.capacity import (
+    AllocatorFit,
+    CapacityPlan,
+    GpuSpec,
+    ModelCost,
+    kv_budget_bytes_per_gpu,
+    plan_capacity,
+)
+from sizing.precisions import Precision
+
+# FLOPs per cached token per query head per layer at decode, MHA/GQA/MQA: q·k (2 × head_dim)
+# and p·v (2 × head_dim).
+ATTENTION_FLOPS_PER_HEAD_DIM = 4
+TFLOPS = 10**12  # FLOP/s in one TFLOP/s
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrafficFits:
+    """The simulator's snapshot on one workload, as the planner consumes it."""
+
+    contiguous: AllocatorFit
+    paged: AllocatorFit
+    mean_tokens: float  # mean final length of a request (prompt + output, clipped), tokens
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    budget_tokens: int  # KV slots of one GPU's budget
+    clipped: int  # requests cut to the maximum context
+
+
+def model_cost(shape: ModelShape, *, kv_precision: Precision, weight_precision: Precision,
+               tp: int, context: int | None = None) -> ModelCost:
+    """The planner's view of a model at tensor parallelism ``tp``.
+
+    With sliding-window layers the KV bytes per token depend on the context (windowed layers stop
+    growing), so ``context`` turns them into the mean bytes per token of a ``context``-long
+    sequence; without windows it does not matter. MoE models read all experts' weights once a
+    batch is large (every expert is hit), so weights count in full, while FLOPs use the active
+    parameters.
+    """
+    spec = KVCacheSpec(model=shape, precision=kv_precision, tp=tp)
+    per_gpu = spec.bytes_per_token_per_gpu
+    whole = spec.bytes_per_token
+    layer_share = 1.0
+    if context and shape.sliding_window:
+        per_gpu = spec.sequence_bytes_per_gpu(context) / context
+        whole = spec.sequence_bytes(context) / context
+        layer_share = shape.cached_layer_tokens(context) / (shape.layers * context)
+    return ModelCost(
+        name=shape.name,
+        weight_bytes=float(weights_bytes(shape.params, weight_precision)),
+        params=float(shape.active_params or shape.params),
+        kv_bytes_per_token=float(whole),
+        kv_bytes_per_token_per_gpu=float(per_gpu),
+        attention_flops_per_context_token_per_gpu=_attention_flops(shape, tp) * layer_share,
+        tp=tp,
+    )
+
+
+def gpu_spec(gpu: GPU) -> GpuSpec:
+    """The planner's view of a catalogue GPU (memory in bytes, rates per second)."""
+    return GpuSpec(name=gpu.name, memory_bytes=float(gpu.memory_bytes),
+                   bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
+                   bf16_flops_per_s=gpu.bf16_tflops * TFLOPS)
+
+
+def allocator_fits(workload, *, budget_bytes: float, kv_bytes_per_token_per_gpu: float,
+                   max_context: int, block_size: int, policy: str = "max") -> TrafficFits:
+    """Sequences that fit one GPU's KV budget, contiguous (``policy``) and paged, by the simulator.
+
+    ``workload`` is a ``simulation.workloads.Workload``. The budget is turned into token slots of
+    one GPU (every GPU of a replica holds the same tokens, its share of the heads); requests are
+    counted at their final length, as the reference page does.
+    """
+    from simulation.memory import KvBudget
+    from simulation.policies import ReservationPolicy, clip_to_context
+    from simulation.snapshot import SnapshotConfig, run_snapshot
+
+    prompt, output, clipped = clip_to_context(workload, max_context)
+    totals = prompt + output
+    policy_label = {
+        "max": f"contiguous, reserving {max_context:,} tokens (Orca-Max)",
+        "pow2": "contiguous, output rounded up to a power of two (Orca-Pow2)",
+        "oracle": "contiguous, exact length known ahead (Orca-Oracle)",
+    }[ReservationPolicy(policy).value]
+    budget_tokens = int(budget_bytes // kv_bytes_per_token_per_gpu) if budget_bytes > 0 else 0
+    # (sequences, utilisation) per allocator; none fit when the budget holds no token.
+    contiguous_fit, paged_fit = (0, 0.0), (0, 0.0)
+    if budget_tokens >= 1:
+        result = run_snapshot(workload, SnapshotConfig(
+            budget=KvBudget(tokens=budget_tokens), max_context=max_context,
+            block_size=block_size, policy=ReservationPolicy(policy)))
+        contiguous_fit = (int(result.contiguous.fit), float(result.contiguous.utilisation))
+        paged_fit = (int(result.paged.fit), float(result.paged.utilisation))
+    contiguous = AllocatorFit(allocator=f"contiguous-{policy}", label=policy_label,
+                              sequences=contiguous_fit[0], utilisation=contiguous_fit[1])
+    paged = AllocatorFit(allocator="paged", label=f"paged, {block_size}-token blocks",
+                         sequences=paged_fit[0], utilisation=paged_fit[1])
+    return TrafficFits(contiguous=contiguous, paged=paged, mean_tokens=float(np.mean(totals)),
+                       mean_prompt_tokens=float(np.mean(prompt)),
+                       mean_output_tokens=float(np.mean(output)),
+                       budget_tokens=budget_tokens, clipped=int(clipped))
+
+
+def fixed_context_workload(context: int):
+    """One request of ``context`` tokens (``context − 1`` prompt, 1 output), reused by the
+    snapshot: the CLI's "every sequence holds ``--context`` tokens"."""
+    from simulation.workloads import Workload
+
+    if context < 2:
+        raise ValueError(f"context must be at least 2 tokens (one prompt, one output), got {context}")
+    return Workload(prompt_tokens=np.array([context - 1], dtype=np.int64),
+                    output_tokens=np.array([1], dtype=np.int64), source=f"fixed {context}")
+
+
+def _attention_flops(shape: ModelShape, tp: int) -> float:
+    """Decode attention FLOPs per cached token on one GPU, all layers (query heads split by TP)."""
+    heads_per_gpu = shape.q_heads / tp
+    if shape.kv_lora_rank:
+        # MLA with the projections absorbed: scores against the latent and its RoPE part
+        # (2 × (rank + rope)), then the weighted sum of latents (2 × rank), per query head.
+        per_head = 2 * (shape.kv_lora_rank + shape.qk_rope_head_dim) + 2 * shape.kv_lora_rank
+    else:
+        per_head = ATTENTION_FLOPS_PER_HEAD_DIM * shape.head_dim
+    return shape.layers * heads_per_gpu * per_head
+
+
+# ---------------------------------------------------------------------------------------------
+# One request in, one plan out: what the page and ``python -m sizing plan`` both call
+# ---------------------------------------------------------------------------------------------
+
+TrafficKind = Literal["fixed", "lognormal", "preset", "trace"]
+# Requests drawn for a synthetic workload: enough that the admitted prefix's mean length is
+# within ~1 % of the distribution's for the sigmas offered (the snapshot reuses the sample).
+DEFAULT_SAMPLE_REQUESTS = 20_000
+DEFAULT_MAX_CONTEXT = 32_768  # the reference page's maximum context (and the sizer's default)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrafficSpec:
+    """The length distribution or trace of the requests (tokens), hashable for caching.
+
+    ``fixed``: every request holds ``length`` tokens. ``lognormal``: total tokens log-normal with
+    arithmetic ``mean`` and log-space ``sigma``, ``prompt_fraction`` of each being prompt.
+    ``preset``: a simulator preset by name (ShareGPT, Alpaca, ...). ``trace``: a CSV at
+    ``trace_path`` or the uploaded ``trace_bytes``.
+    """
+
+    kind: TrafficKind = "fixed"
+    length: int = 2048
+    mean: float = 2048.0
+    sigma: float = 0.8
+    prompt_fraction: float = 0.5
+    preset: str = "ShareGPT"
+    trace_path: str | None = None
+    trace_bytes: bytes | None = None
+    trace_name: str = "uploaded trace"
+    n_requests: int = DEFAULT_SAMPLE_REQUESTS
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """Everything a capacity plan depends on, as plain values (the page's widgets, the CLI's flags)."""
+
+    model: ModelShape
+    kv_precision: Precision
+    weight_precision: Precision
+    gpu: GPU
+    tp: int = 1
+    usable_fraction: float = DEFAULT_USABLE_FRACTION
+    traffic: TrafficSpec = TrafficSpec()
+    max_context: int = DEFAULT_MAX_CONTEXT
+    block_size: int = DEFAULT_BLOCK_SIZE
+    policy: str = "max"
+    bandwidth_source: str = "measured"  # the most preferred source; falls back down the list
+    efficiency: float | None = None  # overrides the source's bandwidth efficiency
+    tpot_target_s: float | None = None
+    ttft_target_s: float | None = None
+    arrival_rate_per_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanOutcome:
+    """A capacity plan with what it was computed from and the notes on skipped sources."""
+
+    plan: CapacityPlan
+    fits: TrafficFits
+    estimate: BandwidthEstimate
+    source_notes: tuple[str, ...]
+    traffic_label: str
+
+
+def build_workload(spec: TrafficSpec):
+    """The simulator's ``Workload`` for ``spec`` (seeded: the same spec gives the same requests)."""
+    from simulation.traces import load_trace_csv
+    from simulation.workloads import LogNormal, TotalLengthSpec, preset
+
+    rng = np.random.default_rng(spec.seed)
+    if spec.kind == "fixed":
+        return fixed_context_workload(spec.length)
+    if spec.kind == "lognormal":
+        return TotalLengthSpec(lengths=LogNormal(mean=spec.mean, sigma=spec.sigma),
+                               prompt_fraction=spec.prompt_fraction).generate(spec.n_requests, rng)
+    if spec.kind == "preset":
+        return preset(spec.preset).spec.generate(spec.n_requests, rng)
+    if spec.kind == "trace":
+        if spec.trace_bytes is not None:
+            return load_trace_csv(spec.trace_bytes, name=spec.trace_name)
+        if spec.trace_path is None:
+            raise ValueError("trace: give a trace file")
+        return load_trace_csv(spec.trace_path)
+    raise ValueError(f"traffic kind must be fixed, lognormal, preset or trace, got {spec.kind!r}")
+
+
+def run_plan(request: PlanRequest, *, measured: Mapping[str, Any] | None = None,
+             measured_gpu: GPU | None = None, results_dir: Path | None = None) -> PlanOutcome:
+    """The capacity plan for ``request``: sizing → simulator fits → planner.
+
+    ``measured`` is a harness JSON (as ``bandwidth_sources.load_bench_json`` returns it) from a
+    run on ``measured_gpu`` (default: the device the JSON names, via its own datasheet figures).
+    """
+    workload = build_workload(request.traffic)
+    fits_context = int(min(np.mean(workload.total_tokens), request.max_context)) or 1
+    cost = model_cost(request.model, kv_precision=request.kv_precision,
+                      weight_precision=request.weight_precision, tp=request.tp,
+                      context=fits_context)
+    gpu = gpu_spec(request.gpu)
+    kwargs: dict[str, Any] = {} if results_dir is None else {"results_dir": results_dir}
+    estimate, notes = choose_estimate(
+        request.bandwidth_source, measured=measured,
+        measured_datasheet_tbps=None if measured_gpu is None else measured_gpu.bandwidth_tbs,
+        measured_datasheet_tflops=None if measured_gpu is None else measured_gpu.bf16_tflops,
+        **kwargs)
+    if request.efficiency is not None:
+        estimate = estimate.with_bandwidth_efficiency(request.efficiency)
+    budget = kv_budget_bytes_per_gpu(cost, gpu, request.usable_fraction)
+    fits = allocator_fits(workload, budget_bytes=budget,
+                          kv_bytes_per_token_per_gpu=cost.kv_bytes_per_token_per_gpu,
+                          max_context=request.max_context, block_size=request.block_size,
+                          policy=request.policy)
+    plan = plan_capacity(cost, gpu, estimate, contiguous=fits.contiguous, paged=fits.paged,
+                         context=fits.mean_tokens, usable_fraction=request.usable_fraction,
+                         prompt_tokens=fits.mean_prompt_tokens,
+                         tpot_target_s=request.tpot_target_s,
+                         ttft_target_s=request.ttft_target_s,
+                         arrival_rate_per_s=request.arrival_rate_per_s,
+                         mean_output_tokens=fits.mean_output_tokens)
+    return PlanOutcome(plan=plan, fits=fits, estimate=estimate, source_notes=tuple(notes),
+                       traffic_label=workload.source)
+
+
+def run_edge_plan(*, model: ModelShape, kv_precision: Precision, weight_precision: Precision,
+                  device: GPU, workload: EdgeWorkload, estimate: BandwidthEstimate,
+                  curve_points: int = 40) -> tuple[EdgePlan, tuple[HistoryPoint, ...]]:
+    """The edge plan on one device (TP 1) and its step-against-history curve, up to 1.5 × the
+    longer of the memory and control-step limits (so both limits show on the chart)."""
+    cost = model_cost(model, kv_precision=kv_precision, weight_precision=weight_precision, tp=1)
+    spec = gpu_spec(device)
+    plan = plan_edge(cost, spec, estimate, workload)
+    # Headroom past the furthest limit so the crossing is visible; at least one minute.
+    span = 1.5 * max(plan.history_s, plan.control_history_s, 60.0)
+    curve = step_against_history(cost, spec, estimate, workload, max_history_s=span,
+                                 points=curve_points)
+    return plan, curve

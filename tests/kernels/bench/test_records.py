@@ -1,0 +1,266 @@
+"""Benchmark records: formulas by hand, targets from records, JSON round trip, loader rejections."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from kernels.bench.records import (
+    SCHEMA, SCHEMA_VERSION, TARGET_SPECS, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement,
+    MemoryPoint, PrefillResult, PrefillShape, Provenance, compute_targets, copy_tbps, decode_flops,
+    decode_kv_bytes, format_report, load_bench_json, prefill_flops, report_to_json, tbps, tflops,
+    write_bench_json,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Formulas, with figures worked by hand
+# ---------------------------------------------------------------------------------------------
+
+
+def test_decode_kv_bytes_by_hand():
+    # Llama-3-8B heads, batch 8, context 32K, bf16: 2 * 8 * 32768 * 8 * 128 * 2 = 1,073,741,824 B (1 GiB)
+    assert decode_kv_bytes(8, 32768, 8, 128, 2) == 1_073_741_824
+    # FP8 halves it
+    assert decode_kv_bytes(8, 32768, 8, 128, 1) == 536_870_912
+
+
+def test_rates_by_hand():
+    # 1 GiB read in 0.25 ms: 1.073741824e9 / 2.5e-4 s = 4.294967296e12 B/s = 4.295 TB/s
+    assert tbps(1_073_741_824, 0.25) == pytest.approx(4.294967296)
+    # A 2 GiB buffer copied in 1.0 ms moves 4 GiB (read + write): 4.294967296e9 / 1e-3 = 4.295 TB/s
+    assert copy_tbps(2 * 2**30, 1.0) == pytest.approx(4.294967296)
+    # bf16 8192^3 matmul, 2 * 8192^3 = 1,099,511,627,776 FLOP in 1.5 ms = 733.0078 TFLOP/s
+    assert tflops(2 * 8192**3, 1.5) == pytest.approx(733.0078, rel=1e-6)
+
+
+def test_flop_counts_by_hand():
+    # decode: 4 * B * Hq * L * d = 4 * 1 * 32 * 1024 * 128 = 16,777,216
+    assert decode_flops(1, 1024, 32, 128) == 16_777_216
+    # prefill, B=4, N=4096, 32 heads, d=128: 4 * 4 * 32 * 4096^2 * 128 = 1.0995e12; causal half
+    assert prefill_flops(4, 4096, 32, 128, causal=False) == 1_099_511_627_776
+    assert prefill_flops(4, 4096, 32, 128, causal=True) == 549_755_813_888
+
+
+# ---------------------------------------------------------------------------------------------
+# Records used below
+# ---------------------------------------------------------------------------------------------
+
+
+def _m(contender, ms, *, unit="TB/s", work=1e9, status="ok"):
+    if status != "ok":
+        return Measurement(contender=contender, status=status, unit=unit, work=work, note="refused")
+    rate = work / (ms * 1e-3) / 1e12
+    return Measurement(contender=contender, status="ok", median_ms=ms, timing="cuda_graph", eager_ms=ms * 2,
+                       unit=unit, work=work, rate=rate, share_of_measured=rate / 4.25,
+                       share_of_datasheet=rate / 4.8, max_abs_err=1e-4, peak_bytes=1024, note="n")
+
+
+def _decode(batch, context, hq=32, *, triton_ms, cudnn_ms, gather_ms, fp8_ms, kv=None):
+    shape = DecodeShape(batch=batch, context=context, n_q_heads=hq, n_kv_heads=8, head_dim=128, block_size=16)
+    kv = kv or decode_kv_bytes(batch, context, 8, 128, 2)
+    ms = [_m("triton_paged", triton_ms, work=kv), _m("triton_paged_fp8", fp8_ms, work=kv / 2),
+          _m("gather_sdpa", gather_ms, work=kv)]
+    ms.append(_m("sdpa_cudnn", cudnn_ms, work=kv) if cudnn_ms else _m("sdpa_cudnn", 0, status="unsupported"))
+    return DecodeResult(shape=shape, num_splits=1, kv_bytes=kv, measurements=tuple(ms))
+
+
+def _prefill(n, causal, *, triton_ms, flash_ms, cudnn_ms):
+    shape = PrefillShape(batch=1, seq_len=n, n_q_heads=32, n_kv_heads=32, head_dim=128, causal=causal)
+    flops = prefill_flops(1, n, 32, 128, causal)
+    return PrefillResult(shape=shape, flops=flops, measurements=(
+        _m("triton_flash", triton_ms, unit="TFLOP/s", work=flops),
+        _m("sdpa_flash", flash_ms, unit="TFLOP/s", work=flops),
+        _m("sdpa_cudnn", cudnn_ms, unit="TFLOP/s", work=flops)))
+
+
+def _report(decode=(), prefill=()):
+    return BenchReport(
+        schema=SCHEMA, schema_version=SCHEMA_VERSION,
+        provenance=Provenance(device="NVIDIA H200", sm_count=132, driver="580.159.04", cuda="13.0",
+                              torch="2.11.0", triton="3.6.0", python="3.12.3", date="2026-11-30T14:00:00+00:00",
+                              command="python3 -m kernels.bench --json x.json"),
+        ceilings=Ceilings(copy_tbps=4.25, copy_buffer_bytes=2 * 2**30, matmul_tflops=700.0, matmul_n=8192),
+        decode=tuple(decode), prefill=tuple(prefill),
+        memory=(MemoryPoint(seq_len=32768, batch=1, n_heads=32, head_dim=128, contender="naive", status="oom",
+                            note="CUDA out of memory"),
+                MemoryPoint(seq_len=1024, batch=1, n_heads=32, head_dim=128, contender="triton_flash",
+                            status="ok", peak_bytes=8 << 20, median_ms=0.05)),
+        targets=compute_targets(tuple(decode), tuple(prefill)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------------------------
+
+
+def test_targets_take_the_worst_large_shape():
+    decode = [
+        # 1 GiB at 0.25 ms = 4.295 TB/s; cudnn 0.24 -> 0.96x; gather 1.0 -> 4x; fp8 0.125 -> 2x
+        _decode(8, 32768, triton_ms=0.25, cudnn_ms=0.24, gather_ms=1.0, fp8_ms=0.125),
+        # 2 GiB at 0.5 ms = 4.295 TB/s, 0.5 / 0.55 -> cudnn 1.1x... the worst ratio stays 0.96
+        _decode(32, 16384, triton_ms=0.5, cudnn_ms=0.55, gather_ms=1.2, fp8_ms=0.3),
+        # batch x context = 128K < 256K: excluded from the "large" targets even though it is slow
+        _decode(4, 32768, triton_ms=10.0, cudnn_ms=0.1, gather_ms=0.1, fp8_ms=10.0),
+        # batch 1, 32K: cudnn 0.05 / ours 0.048 = 1.0417
+        _decode(1, 32768, triton_ms=0.048, cudnn_ms=0.05, gather_ms=0.3, fp8_ms=0.04),
+    ]
+    t = {x.name: x for x in compute_targets(tuple(decode), ())}
+    assert [x.name for x in compute_targets(tuple(decode), ())] == [s.name for s in TARGET_SPECS]
+    assert t["decode_large_tbps"].measured == pytest.approx(4.294967296)
+    assert t["decode_large_tbps"].met
+    assert t["decode_large_vs_cudnn"].measured == pytest.approx(0.96)
+    assert t["decode_large_vs_cudnn"].met and "B=8 L=32768" in t["decode_large_vs_cudnn"].detail
+    assert t["decode_large_vs_gather"].measured == pytest.approx(2.4)  # 1.2 / 0.5, the worse one
+    assert not t["decode_large_vs_gather"].met
+    assert t["decode_b1_32k_vs_cudnn"].measured == pytest.approx(0.05 / 0.048)
+    assert t["decode_b1_32k_vs_cudnn"].met
+    assert t["decode_fp8_vs_bf16"].measured == pytest.approx(0.5 / 0.3)  # 1.667 < 1.7
+    assert not t["decode_fp8_vs_bf16"].met
+    assert t["prefill_vs_flash_causal"].measured is None and not t["prefill_vs_flash_causal"].met
+
+
+def test_missing_baseline_makes_target_unmet_with_reason():
+    decode = [_decode(8, 32768, triton_ms=0.25, cudnn_ms=None, gather_ms=1.0, fp8_ms=0.125)]
+    t = {x.name: x for x in compute_targets(tuple(decode), ())}
+    assert t["decode_large_vs_cudnn"].measured is None and not t["decode_large_vs_cudnn"].met
+    assert "not measured at B=8 L=32768" in t["decode_large_vs_cudnn"].detail
+
+
+def test_prefill_targets_worst_n_at_least_4k():
+    prefill = [
+        _prefill(1024, True, triton_ms=1.0, flash_ms=0.5, cudnn_ms=0.3),  # N < 4K: ignored
+        _prefill(4096, True, triton_ms=1.0, flash_ms=1.3, cudnn_ms=0.7),  # 1.3x flash, 0.7x cudnn
+        _prefill(8192, True, triton_ms=1.0, flash_ms=1.25, cudnn_ms=0.9),
+        _prefill(4096, False, triton_ms=1.0, flash_ms=1.5, cudnn_ms=0.85),
+    ]
+    t = {x.name: x for x in compute_targets((), tuple(prefill))}
+    assert t["prefill_vs_flash_causal"].measured == pytest.approx(1.25) and t["prefill_vs_flash_causal"].met
+    assert t["prefill_vs_cudnn_causal"].measured == pytest.approx(0.7) and not t["prefill_vs_cudnn_causal"].met
+    assert t["prefill_vs_flash_noncausal"].measured == pytest.approx(1.5)
+    assert t["prefill_vs_cudnn_noncausal"].measured == pytest.approx(0.85) and t["prefill_vs_cudnn_noncausal"].met
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON round trip and the loader
+# ---------------------------------------------------------------------------------------------
+
+
+def _full_report():
+    return _report(
+        decode=[_decode(8, 32768, triton_ms=0.25, cudnn_ms=0.24, gather_ms=1.0, fp8_ms=0.125)],
+        prefill=[_prefill(4096, True, triton_ms=1.0, flash_ms=1.3, cudnn_ms=0.7)],
+    )
+
+
+def test_json_round_trip_bytes_text_and_path(tmp_path):
+    report = _full_report()
+    text = report_to_json(report)
+    assert load_bench_json(text.encode()) == report
+    assert load_bench_json(text) == report
+    path = write_bench_json(report, tmp_path / "sub" / "run.json")
+    assert load_bench_json(path) == report
+    assert load_bench_json(str(path)) == report
+    data = json.loads(text)
+    assert [t["name"] for t in data["targets"]] == [s.name for s in TARGET_SPECS]
+    assert set(data["targets"][0]) == {"name", "measured", "required", "met", "detail"}
+    assert data["provenance"]["command"] == "python3 -m kernels.bench --json x.json"
+
+
+def test_non_finite_figures_become_null():
+    report = _full_report()
+    bad = dataclasses.replace(report, ceilings=dataclasses.replace(report.ceilings, matmul_tflops=float("nan")))
+    data = json.loads(report_to_json(bad))
+    assert data["ceilings"]["matmul_tflops"] is None
+    assert load_bench_json(report_to_json(bad)).ceilings.matmul_tflops is None
+
+
+def _mutated(fn):
+    data = json.loads(report_to_json(_full_report()))
+    fn(data)
+    return json.dumps(data).encode()
+
+
+@pytest.mark.parametrize("payload,pattern", [
+    (b"\x89PNG\r\n\x1a\n", "not a JSON file"),
+    (b"{not json", "not a JSON file"),
+    (b"[1, 2, 3]", "top level is a list"),
+    (b'{"name": "some-other-tool", "results": []}', "schema is None, expected"),
+    (_mutated(lambda d: d.update(schema="pytest-benchmark")), "schema is 'pytest-benchmark'"),
+    (_mutated(lambda d: d.update(schema_version=99)), "unsupported kernels.bench schema_version 99"),
+    (_mutated(lambda d: d.pop("provenance")), "report: missing field 'provenance'"),
+    (_mutated(lambda d: d["provenance"].update(sm_count="many")),
+     r"report.provenance.sm_count: expected an integer, got 'many'"),
+    (_mutated(lambda d: d["decode"][0]["measurements"][0].update(median_ms="fast")),
+     r"report.decode\[0\].measurements\[0\].median_ms: expected a number"),
+    (_mutated(lambda d: d["decode"][0]["measurements"][0].update(status="great")),
+     r"decode\[0\].measurements\[0\].status: 'great' not in"),
+    (_mutated(lambda d: d["decode"][0]["measurements"][0].update(median_ms=-1.0)), "median_ms must be > 0"),
+    (_mutated(lambda d: d["decode"][0]["shape"].update(batch=True)), "expected an integer, got True"),
+    (_mutated(lambda d: d["decode"][0].update(extra=1)), r"report.decode\[0\]: unknown fields \['extra'\]"),
+    (_mutated(lambda d: d.update(decode={})), "report.decode: expected a list"),
+    (_mutated(lambda d: d["targets"].pop()), "targets must be exactly"),
+    (_mutated(lambda d: d["memory"][0].update(status="?")), r"memory\[0\].status"),
+])
+def test_loader_rejects_malformed_and_foreign_files(payload, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        load_bench_json(payload)
+
+
+def test_loader_missing_path(tmp_path):
+    with pytest.raises(ValueError, match="cannot read benchmark file"):
+        load_bench_json(tmp_path / "nope.json")
+
+
+def test_readable_table_mentions_every_part():
+    text = format_report(_full_report())
+    for needle in ("NVIDIA H200", "copy 4.25 TB/s", "decode B=8 L=32768", "prefill B=1 N=4096",
+                   "N=32768  naive", "oom", "decode_fp8_vs_bf16", "[MET ]", "[miss]"):
+        assert needle in text
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the harness's library functions produce valid records (the live page calls these)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_decode_records_round_trip():
+    from kernels.bench.harness import SweepConfig, bench_decode_shape, measure_ceilings
+
+    ceilings = measure_ceilings(copy_bytes=256 << 20, matmul_n=2048, warmup_ms=2, rep_ms=10)
+    assert ceilings.copy_tbps > 0.1 and ceilings.matmul_tflops > 1
+    shape = DecodeShape(batch=2, context=4096, n_q_heads=32, n_kv_heads=8, head_dim=128, block_size=16)
+    result = bench_decode_shape(shape, ceilings, config=SweepConfig(warmup_ms=2, rep_ms=5),
+                                contenders=("triton_paged", "triton_paged_fp8", "sdpa_flash"))
+    for name, tol in (("triton_paged", 2e-2), ("triton_paged_fp8", 3e-2)):
+        m = result.get(name)
+        assert m.status == "ok", m.note
+        assert m.max_abs_err <= tol and m.rate > 0 and m.timing in ("cuda_graph", "eager")
+    report = dataclasses.replace(_report(), decode=(result,), targets=compute_targets((result,), ()))
+    assert load_bench_json(report_to_json(report)) == report
+
+
+def test_provenance_commit_is_optional_and_round_trips(monkeypatch):
+    # Files written before the field existed (the first H200 run) still load, commit unknown.
+    old = json.loads(report_to_json(_report()))
+    del old["provenance"]["commit"]
+    assert load_bench_json(json.dumps(old)).provenance.commit == ""
+    # The GPU machine has no .git: the launcher passes the commit in KVX_GIT_COMMIT.
+    from kernels.bench.harness import environment
+
+    monkeypatch.setenv("KVX_GIT_COMMIT", "0123456789abcdef")
+    provenance = environment("python -m kernels.bench")
+    assert provenance.commit == "0123456789abcdef"
+    assert provenance.command == "python -m kernels.bench"
+
+
+def test_loader_refuses_oversized_input_before_parsing():
+    from kernels.bench.records import MAX_BENCH_JSON_BYTES
+
+    huge = b'{"schema": "' + b"x" * MAX_BENCH_JSON_BYTES + b'"}'
+    with pytest.raises(ValueError, match="at most 16,777,216 bytes"):
+        load_bench_json(huge)

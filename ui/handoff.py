@@ -1,0 +1,25 @@
+"""The sizer's result handed to the other pages of the same session, as a typed object.
+
+The sizer publishes a :class:`sizing.report.Handoff` after every valid rerun; the
+fragmentation explorer and the planner read it to offer "use the sizer's budget/model"
+instead of re-checking loose session keys.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from sizing.report import Handoff
+
+_SESSION_KEY = "handoff.sizer"
+
+
+def publish(handoff: Handoff) -> None:
+    """Make ``handoff`` the sizer's latest result for this session."""
+    st.session_state[_SESSION_KEY] = handoff
+
+
+def latest() -> Handoff | None:
+    """The sizer's latest result in this session, or ``None`` if the sizer has not run."""
+    handoff = st.session_state.get(_SESSION_KEY)
+    return handoff if isinstance(handoff, Handoff) else None
