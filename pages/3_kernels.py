@@ -21,7 +21,7 @@ from kernels.runtime import ensure_triton_backend, interpreter_active
 
 ensure_triton_backend()  # before any kernel module: Triton reads TRITON_INTERPRET at decoration
 
-from kernels.bench.records import DecodeShape, PrefillShape, load_bench_json, report_to_json  # noqa: E402
+from kernels.bench.records import BenchJsonError, DecodeShape, PrefillShape, parse_bench_json, report_to_json  # noqa: E402
 from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
 from kernels.bench.live import (  # noqa: E402
     MEMORY_NS, Backend, RunPlan, default_backend, interpreter_check, merge_reports,
@@ -62,7 +62,7 @@ def _shipped(directory: str):
 @st.cache_data(show_spinner=False, max_entries=4)
 def _uploaded(data: bytes):
     """Parse an uploaded harness JSON once, not on every rerun (a ValueError is not cached)."""
-    return load_bench_json(data)
+    return parse_bench_json(data)
 
 
 @st.cache_data(show_spinner="Running the kernels under the Triton interpreter...")
@@ -195,8 +195,8 @@ with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`
                 # A file just uploaded is what the user wants to see: select it once.
                 st.session_state["k_upload_seen"] = upload.file_id
                 st.session_state["k_source"] = f"Uploaded: {upload.name}"
-        except ValueError as exc:
-            st.error(f"**{upload.name}** is not a readable kernels.bench result: {exc}", icon=":material/error:")
+        except BenchJsonError as exc:
+            st.error(f"**{upload.name}** is not a readable kernels.bench result: {exc.message}", icon=":material/error:")
 if shipped.rejected:  # e.g. tuning logs kept beside the harness results: listed, not shown
     with st.expander(f"{len(shipped.rejected)} other file(s) in benchmarks/results are not harness results",
                      icon=":material/draft:"):

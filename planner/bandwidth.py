@@ -154,18 +154,20 @@ def shipped_results_paths(results_dir: Path = RESULTS_DIR) -> list[Path]:
 
 
 def load_bench_json(source: Path | str | bytes) -> Mapping[str, Any]:
-    """A bench JSON (path or bytes) validated by the kernels owner's loader, as plain data.
+    """A bench JSON validated by the kernels owner's loader, as plain data: ``source`` is the
+    document's content (bytes or text, never taken for a path) or a :class:`~pathlib.Path`
+    from a CLI option or the shipped results.
 
-    ``kernels.bench.records.load_bench_json`` checks the schema and every field and returns a
-    typed ``BenchReport``; it is flattened back to dicts so that ``estimate_from_bench`` reads
-    one shape whatever produced it. The loader imports only the standard library.
+    ``kernels.bench.records`` checks the schema and every field and returns a typed
+    ``BenchReport``; it is flattened back to dicts so that ``estimate_from_bench`` reads one
+    shape whatever produced it.
     """
-    from kernels.bench.records import load_bench_json as validating_loader
+    from kernels.bench.records import parse_bench_json, read_bench_file
 
     try:
-        report = validating_loader(source)
+        report = read_bench_file(source) if isinstance(source, Path) else parse_bench_json(source)
     except ValueError as exc:
-        raise BenchJsonError(str(exc)) from exc
+        raise BenchJsonError(getattr(exc, "message", str(exc))) from exc
     return dataclasses.asdict(report)
 
 

@@ -110,7 +110,7 @@ def request_from_args(args: argparse.Namespace) -> tuple[PlanRequest, dict[str, 
     measured = None
     if args.bench_json is not None:
         try:
-            measured = dict(load_bench_json(args.bench_json))
+            measured = dict(load_bench_json(Path(args.bench_json)))
         except BenchJsonError as exc:
             raise sizer_cli.UsageError(f"argument --bench-json: {exc}") from None
     elif args.bandwidth_source == "measured":

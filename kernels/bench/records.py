@@ -25,14 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
+from inputs.errors import InputError, shown
+from inputs.uploads import loads_json, read_path_capped, upload_bytes
+
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
     "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "TARGET_SPECS",
-    "LARGE_DECODE_TOKENS", "MAX_BENCH_JSON_BYTES",
+    "LARGE_DECODE_TOKENS", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
     "PrefillResult", "MemoryPoint", "Target", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "tbps", "tflops", "copy_tbps",
-    "compute_targets", "report_to_json", "write_bench_json", "load_bench_json", "format_report",
+    "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file", "format_report",
 ]
 
 SCHEMA = "kv-cache-explorer.kernels.bench"
@@ -44,6 +47,7 @@ DATASHEET_TFLOPS = 989.0
 LARGE_DECODE_TOKENS = 256 * 1024
 # A full harness run is ~60 KB of JSON; anything past this is not one (and would stall a page).
 MAX_BENCH_JSON_BYTES = 16 * 2**20
+MAX_BENCH_JSON_DEPTH = 16  # a harness report nests 5 levels (report → section → record → field)
 
 STATUSES = ("ok", "oom", "unsupported", "error", "not_available", "skipped")
 DECODE_CONTENDERS = (
@@ -421,36 +425,58 @@ def _check_semantics(report: BenchReport) -> None:
         raise ValueError(f"targets must be exactly {expected}, got {names}")
 
 
-def load_bench_json(source: bytes | str | Path) -> BenchReport:
-    """Read a JSON file written by ``python -m kernels.bench --json`` (bytes, text or a path).
+class BenchJsonError(InputError):
+    """A harness JSON that cannot be read; ``field`` is ``"bench_json"`` and the message says
+    which part is wrong (not JSON, another program's schema, a mistyped field, too large)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("bench_json", message)
+
+
+def parse_bench_json(data: bytes | str) -> BenchReport:
+    """A JSON document written by ``python -m kernels.bench --json``, given as its content.
+
+    ``data`` is the document itself (bytes or text), never a path: uploaded content is not a
+    file name. At most :data:`MAX_BENCH_JSON_BYTES` bytes and :data:`MAX_BENCH_JSON_DEPTH`
+    levels of nesting are read.
 
     Raises
     ------
-    ValueError
-        When the input is not JSON, is another program's JSON (schema name), is a version this
-        code cannot read, or has a missing/extra/mistyped field (the message names its path).
+    BenchJsonError
+        When the input is too large or too deep, is not JSON, is another program's JSON
+        (schema name), is a version this code cannot read, or has a missing/extra/mistyped
+        field (the message names its path).
     """
-    if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
-        try:
-            source = Path(source).read_bytes()
-        except OSError as exc:
-            raise ValueError(f"cannot read benchmark file: {exc}") from exc
-    if len(source) > MAX_BENCH_JSON_BYTES:
-        raise ValueError(f"file is {len(source):,} bytes; a kernels.bench result is at most "
-                         f"{MAX_BENCH_JSON_BYTES:,} bytes")
+    raw = data.encode() if isinstance(data, str) else bytes(data)
     try:
-        data = json.loads(source)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"not a JSON file: {exc}") from exc
+        upload_bytes(raw, MAX_BENCH_JSON_BYTES, field="bench_json")
+        document = loads_json(raw, field="bench_json", max_depth=MAX_BENCH_JSON_DEPTH)
+        return _report_from_document(document)
+    except BenchJsonError:
+        raise
+    except (InputError, ValueError) as exc:  # InputError carries the field; keep only its message
+        raise BenchJsonError(getattr(exc, "message", str(exc))) from None
+
+
+def read_bench_file(path: str | Path) -> BenchReport:
+    """The harness JSON at ``path`` (a CLI option or a shipped file), read with the size cap."""
+    try:
+        raw = read_path_capped(str(path), MAX_BENCH_JSON_BYTES, field="bench_json")
+    except InputError as exc:
+        raise BenchJsonError(exc.message) from None
+    return parse_bench_json(raw)
+
+
+def _report_from_document(data: object) -> BenchReport:
     if not isinstance(data, dict):
         raise ValueError(f"not a kernels.bench result: top level is a {type(data).__name__}, not an object")
     if data.get("schema") != SCHEMA:
         raise ValueError(
-            f"not a kernels.bench result: schema is {data.get('schema')!r}, expected {SCHEMA!r}"
+            f"not a kernels.bench result: schema is {shown(data.get('schema'))}, expected {SCHEMA!r}"
         )
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(
-            f"unsupported kernels.bench schema_version {data.get('schema_version')!r} (this code reads {SCHEMA_VERSION})"
+            f"unsupported kernels.bench schema_version {shown(data.get('schema_version'))} (this code reads {SCHEMA_VERSION})"
         )
     report = _build(BenchReport, data, "report")
     _check_semantics(report)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.bench.records import BenchReport, load_bench_json
+from kernels.bench.records import BenchReport, read_bench_file
 
 __all__ = ["RESULTS_DIR", "ShippedResult", "ShippedResults", "find_shipped_results", "provenance_lines"]
 
@@ -40,7 +40,7 @@ def find_shipped_results(directory: Path = RESULTS_DIR) -> ShippedResults:
     rejected: list[tuple[Path, str]] = []
     for path in sorted(Path(directory).glob("*.json")):
         try:
-            ok.append(ShippedResult(path=path, report=load_bench_json(path)))
+            ok.append(ShippedResult(path=path, report=read_bench_file(path)))
         except ValueError as exc:
             rejected.append((path, str(exc)))
     ok.sort(key=lambda r: (r.report.provenance.date, r.path.name), reverse=True)

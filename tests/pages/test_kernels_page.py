@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kernels.bench.records import load_bench_json
+from kernels.bench.records import read_bench_file
 from ui.gpu_lock import GpuGate
 from kernels.bench.live import Backend
 from kernels.runtime import interpreter_active
@@ -112,7 +112,7 @@ def test_no_shipped_results_and_uploads(tmp_path):
     at = _app(CPU, shipped_dir=tmp_path).run()
     assert "no shipped results were found" in _texts(at.info)
     at.file_uploader(key="k_upload").upload("broken.json", b"{not json", "application/json").run()
-    assert "is not a readable kernels.bench result: not a JSON file" in _texts(at.error)
+    assert "is not a readable kernels.bench result: not valid JSON" in _texts(at.error)
     at.file_uploader(key="k_upload").set_value(
         ("foreign.json", json.dumps({"schema": "someone-else", "rows": []}).encode(), "application/json")).run()
     assert "schema is 'someone-else'" in _texts(at.error)
@@ -161,7 +161,7 @@ def test_bad_head_ratio_is_reported():
 
 
 def _recorded_backend(calls: list) -> Backend:
-    report = load_bench_json(FIXTURE)
+    report = read_bench_file(FIXTURE)
 
     def run(plan, progress):
         calls.append(plan)

@@ -170,9 +170,9 @@ def test_edge_view_faster_control_loop_binds_first():
 
 
 def test_the_live_kernels_pages_runs_count_as_measured():
-    from kernels.bench.records import load_bench_json
+    from kernels.bench.records import parse_bench_json
 
-    report = load_bench_json(_valid_bench_json(2.4))
+    report = parse_bench_json(_valid_bench_json(2.4))
     at = _open({**REFERENCE_URL, "source": "measured"},
                state={"kernels_session_runs": [report]})
     assert any("Harness run on this GPU" in info.value for info in at.info)

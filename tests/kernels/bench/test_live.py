@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.bench.records import DecodeShape, PrefillShape, load_bench_json, report_to_json
+from kernels.bench.records import DecodeShape, PrefillShape, parse_bench_json, read_bench_file, report_to_json
 from kernels.bench.live import PREFILL_SWEEP_NS, RunPlan, merge_reports, plan_steps
 from ui.kernel_charts import roofline_rows
 from kernels.bench.shipped import find_shipped_results
@@ -41,11 +41,11 @@ def test_plan_needs_its_own_shape():
 
 
 def test_merge_keeps_every_record_and_round_trips():
-    rep = load_bench_json(FIXTURE)
+    rep = read_bench_file(FIXTURE)
     merged = merge_reports([rep, rep])
     assert len(merged.decode) == 2 * len(rep.decode) and len(merged.memory) == 2 * len(rep.memory)
     assert merged.provenance.command.startswith("2 run(s)")
-    assert load_bench_json(report_to_json(merged)) == merged  # the download is valid harness JSON
+    assert parse_bench_json(report_to_json(merged)) == merged  # the download is valid harness JSON
     assert merge_reports([]) is None
 
 
@@ -58,7 +58,7 @@ def test_shipped_results_skip_foreign_files(tmp_path):
 
 
 def test_roofline_rows_prefill_naive_moves_the_matrix():
-    rep = load_bench_json(FIXTURE)
+    rep = read_bench_file(FIXTURE)
     r = next(p for p in rep.prefill if p.shape.seq_len == 1024 and not p.shape.causal)
     rows = roofline_rows(r).set_index("contender")
     s = r.shape

@@ -10,7 +10,7 @@ import pytest
 from kernels.bench.records import (
     SCHEMA, SCHEMA_VERSION, TARGET_SPECS, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement,
     MemoryPoint, PrefillResult, PrefillShape, Provenance, compute_targets, copy_tbps, decode_flops,
-    decode_kv_bytes, format_report, load_bench_json, prefill_flops, report_to_json, tbps, tflops,
+    decode_kv_bytes, format_report, parse_bench_json, read_bench_file, prefill_flops, report_to_json, tbps, tflops,
     write_bench_json,
 )
 
@@ -158,11 +158,11 @@ def _full_report():
 def test_json_round_trip_bytes_text_and_path(tmp_path):
     report = _full_report()
     text = report_to_json(report)
-    assert load_bench_json(text.encode()) == report
-    assert load_bench_json(text) == report
+    assert parse_bench_json(text.encode()) == report
+    assert parse_bench_json(text) == report
     path = write_bench_json(report, tmp_path / "sub" / "run.json")
-    assert load_bench_json(path) == report
-    assert load_bench_json(str(path)) == report
+    assert read_bench_file(path) == report
+    assert read_bench_file(str(path)) == report
     data = json.loads(text)
     assert [t["name"] for t in data["targets"]] == [s.name for s in TARGET_SPECS]
     assert set(data["targets"][0]) == {"name", "measured", "required", "met", "detail"}
@@ -174,7 +174,7 @@ def test_non_finite_figures_become_null():
     bad = dataclasses.replace(report, ceilings=dataclasses.replace(report.ceilings, matmul_tflops=float("nan")))
     data = json.loads(report_to_json(bad))
     assert data["ceilings"]["matmul_tflops"] is None
-    assert load_bench_json(report_to_json(bad)).ceilings.matmul_tflops is None
+    assert parse_bench_json(report_to_json(bad)).ceilings.matmul_tflops is None
 
 
 def _mutated(fn):
@@ -184,8 +184,8 @@ def _mutated(fn):
 
 
 @pytest.mark.parametrize("payload,pattern", [
-    (b"\x89PNG\r\n\x1a\n", "not a JSON file"),
-    (b"{not json", "not a JSON file"),
+    (b"\x89PNG\r\n\x1a\n", "not valid JSON|not UTF-8 text"),
+    (b"{not json", "not valid JSON|not UTF-8 text"),
     (b"[1, 2, 3]", "top level is a list"),
     (b'{"name": "some-other-tool", "results": []}', "schema is None, expected"),
     (_mutated(lambda d: d.update(schema="pytest-benchmark")), "schema is 'pytest-benchmark'"),
@@ -206,12 +206,26 @@ def _mutated(fn):
 ])
 def test_loader_rejects_malformed_and_foreign_files(payload, pattern):
     with pytest.raises(ValueError, match=pattern):
-        load_bench_json(payload)
+        parse_bench_json(payload)
 
 
 def test_loader_missing_path(tmp_path):
-    with pytest.raises(ValueError, match="cannot read benchmark file"):
-        load_bench_json(tmp_path / "nope.json")
+    with pytest.raises(ValueError, match="cannot read"):
+        read_bench_file(tmp_path / "nope.json")
+
+
+def test_content_is_never_taken_for_a_path(tmp_path):
+    # An upload whose text names a readable server file is content, not a path: it is not JSON.
+    real = write_bench_json(_full_report(), tmp_path / "run.json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_bench_json(str(real))
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_bench_json(b"/dev/zero")
+
+
+def test_deep_nesting_is_refused_before_parsing():
+    with pytest.raises(ValueError, match="nested 100,000 levels|nested 100000 levels"):
+        parse_bench_json(b"[" * 100_000)
 
 
 def test_readable_table_mentions_every_part():
@@ -241,14 +255,14 @@ def test_gpu_decode_records_round_trip():
         assert m.status == "ok", m.note
         assert m.max_abs_err <= tol and m.rate > 0 and m.timing in ("cuda_graph", "eager")
     report = dataclasses.replace(_report(), decode=(result,), targets=compute_targets((result,), ()))
-    assert load_bench_json(report_to_json(report)) == report
+    assert parse_bench_json(report_to_json(report)) == report
 
 
 def test_provenance_commit_is_optional_and_round_trips(monkeypatch):
     # Files written before the field existed (the first H200 run) still load, commit unknown.
     old = json.loads(report_to_json(_report()))
     del old["provenance"]["commit"]
-    assert load_bench_json(json.dumps(old)).provenance.commit == ""
+    assert parse_bench_json(json.dumps(old)).provenance.commit == ""
     # The GPU machine has no .git: the launcher passes the commit in KVX_GIT_COMMIT.
     from kernels.bench.harness import environment
 
@@ -262,5 +276,5 @@ def test_loader_refuses_oversized_input_before_parsing():
     from kernels.bench.records import MAX_BENCH_JSON_BYTES
 
     huge = b'{"schema": "' + b"x" * MAX_BENCH_JSON_BYTES + b'"}'
-    with pytest.raises(ValueError, match="at most 16,777,216 bytes"):
-        load_bench_json(huge)
+    with pytest.raises(ValueError, match="16,777,216-byte limit"):
+        parse_bench_json(huge)
