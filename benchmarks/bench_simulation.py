@@ -1,17 +1,17 @@
-"""Time the simulator against issue 3's targets, on this machine.
+"""Time the simulator against its speed targets, on this machine.
 
 - Snapshot of 100,000 requests (contiguous Orca-Max against paged, plus the policy comparison and
-  the block-size sweep the page draws with it): target < 0.3 s.
+  the block-size sweep the page draws with it): target < 0.3 s, so the page redraws at once.
 - Over-time simulation of the whole Azure conversation trace (splitwise_conv, 19,366 requests)
-  with a paged pool: target < 5 s (on a 2-core machine).
+  with a paged pool: target < 5 s (on a 2-core machine), a wait a user accepts for a whole trace.
 
 Run from the project root::
 
     .venv/bin/python benchmarks/bench_simulation.py           # readable
     .venv/bin/python benchmarks/bench_simulation.py --json    # one JSON object
 
-Each figure is the median of ``--repeat`` runs after one warm-up run. The trace is read from
-``../shared/data/traces/`` (relative to the project root) and its loading is timed separately.
+Each figure is the median of ``--repeat`` runs after one warm-up run. The trace is read from the
+shipped traces folder (``simulation.traces.TRACES_DIR``) and its loading is timed separately.
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
-SNAPSHOT_TARGET_S = 0.3  # issue 3
-TIMELINE_TARGET_S = 5.0  # issue 3, 2-core machine
+SNAPSHOT_TARGET_S = 0.3
+TIMELINE_TARGET_S = 5.0  # 2-core machine
 SNAPSHOT_REQUESTS = 100_000
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "splitwise_conv.csv"
+TRACE_NAME = "splitwise_conv.csv"
 # Budgets for the trace run: the reference page's 506 GB at 160 KiB/token (never full), and a
 # tight one (~40 requests' worth of a 32K context), where the pool runs out and preempts.
 BUDGETS_TOKENS = {"problem-4 budget (3,088,378 tokens)": 3_088_378, "tight budget (60,000 tokens)": 60_000}
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from simulation.memory import KvBudget
     from simulation.snapshot import SnapshotConfig, compare_policies, run_snapshot, sweep_block_sizes
     from simulation.timeline import TimelineConfig, run_timeline
-    from simulation.traces import load_trace_csv
+    from simulation.traces import TRACES_DIR, load_trace_csv
     from simulation.workloads import LogNormal, TotalLengthSpec
 
     workload = TotalLengthSpec(lengths=LogNormal(mean=2048, sigma=0.5)).generate(
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["snapshot_100k_with_policies_and_sweep_s"] = _median_seconds(page_snapshot, args.repeat)
 
     start = time.perf_counter()
-    trace = load_trace_csv(TRACE)
+    trace = load_trace_csv(TRACES_DIR / TRACE_NAME)
     figures["load_splitwise_conv_s"] = time.perf_counter() - start
     timeline_repeat = max(1, args.repeat // 2)
     for label, tokens in BUDGETS_TOKENS.items():

@@ -8,14 +8,18 @@ with the CPU (Jetson) is flagged: its "HBM" also holds the operating system and 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from sizing.errors import SizingError
+from inputs.bounds import Bound
+from inputs.errors import InputError
 from units import GB, TB
 
 # Upper bound for a custom entry: 100 TB of memory on one device rejects typos (MB entered as GB).
 MAX_CUSTOM_MEMORY_GB = 100_000
+# A custom device's figures, checked at every boundary (widget, URL, CLI option, library call).
+CUSTOM_MEMORY_GB = Bound(field="gpu_memory_gb", low=0, low_open=True, high=MAX_CUSTOM_MEMORY_GB, unit="GB")
+CUSTOM_BANDWIDTH_TBS = Bound(field="gpu_bandwidth_tbs", low=0, low_open=True, high=10_000, unit="TB/s")
+CUSTOM_BF16_TFLOPS = Bound(field="gpu_bf16_tflops", low=0, low_open=True, high=1_000_000, unit="TFLOP/s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,12 +92,12 @@ def gpus() -> tuple[GPU, ...]:
 
 
 def get_gpu(gpu_id: str) -> GPU:
-    """The catalogue entry with this id (case-insensitive); :class:`SizingError` on ``"gpu"`` otherwise."""
+    """The catalogue entry with this id (case-insensitive); :class:`InputError` on ``"gpu"`` otherwise."""
     key = gpu_id.lower() if isinstance(gpu_id, str) else gpu_id
     for gpu in _CATALOGUE:
         if gpu.id == key:
             return gpu
-    raise SizingError("gpu", f"unknown GPU {gpu_id!r}; choose one of {', '.join(GPU_IDS)}")
+    raise InputError("gpu", f"unknown GPU {gpu_id!r}; choose one of {', '.join(GPU_IDS)}")
 
 
 def custom_gpu(
@@ -105,15 +109,9 @@ def custom_gpu(
     shared_memory: bool = False,
 ) -> GPU:
     """A user-defined device; memory in vendor GB, bandwidth in TB/s, dense BF16 TFLOP/s."""
-    for field_name, value, high in (
-        ("gpu_memory_gb", memory_gb, MAX_CUSTOM_MEMORY_GB),
-        ("gpu_bandwidth_tbs", bandwidth_tbs, 10_000),
-        ("gpu_bf16_tflops", bf16_tflops, 1_000_000),
-    ):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise SizingError(field_name, f"must be a number, got {value!r}")
-        if not 0 < value <= high:
-            raise SizingError(field_name, f"must be above 0 and at most {high:,}, got {value:g}")
+    memory_gb = CUSTOM_MEMORY_GB.check(memory_gb)
+    bandwidth_tbs = CUSTOM_BANDWIDTH_TBS.check(bandwidth_tbs)
+    bf16_tflops = CUSTOM_BF16_TFLOPS.check(bf16_tflops)
     return GPU(
         id="custom", name=name, memory_gb=float(memory_gb), bandwidth_tbs=float(bandwidth_tbs),
         bf16_tflops=float(bf16_tflops), source="entered by the user", shared_memory=shared_memory,

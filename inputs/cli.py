@@ -41,6 +41,7 @@ def arg_type(bound: Bound) -> Callable[[str], int | float]:
             raise argparse.ArgumentTypeError(exc.message) from None
 
     parse.__name__ = bound.field  # argparse names the type in some messages
+    parse.bound = bound  # so --help text and the fuzz tests can read each option's range
     return parse
 
 

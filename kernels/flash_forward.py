@@ -456,11 +456,3 @@ def flash_attention_forward(
     )
     return out, lse
 
-
-def reference_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool, sm_scale: float | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 reference with the same signature (see :func:`kernels.reference.naive_attention_lse`)."""
-    from kernels.reference import naive_attention_lse
-
-    return naive_attention_lse(q, k, v, causal=causal, sm_scale=sm_scale)

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from units import cdiv
+
 __all__ = ["TileStep", "Traffic", "OnlineSoftmaxRun", "random_head", "naive_attention_np",
            "tile_traffic", "online_softmax_attention"]
 
@@ -78,7 +80,7 @@ class Traffic:
     @property
     def n_q_blocks(self) -> int:
         """Query blocks of ``tile_q`` rows: how many times the tiled loop reads K and V."""
-        return _cdiv(self.seq_len, self.tile_q)
+        return cdiv(self.seq_len, self.tile_q)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,10 +111,6 @@ def naive_attention_np(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: b
     return (p / p.sum(axis=1, keepdims=True)) @ v64
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def tile_traffic(*, seq_len: int, head_dim: int, tile_q: int, tile_k: int, bytes_per_value: int = 2) -> Traffic:
     """Bytes each approach moves for one head (formulas in the module docstring)."""
     n, d, b = seq_len, head_dim, bytes_per_value
@@ -120,7 +118,7 @@ def tile_traffic(*, seq_len: int, head_dim: int, tile_q: int, tile_k: int, bytes
                         ("bytes_per_value", b)):
         if not (isinstance(value, int) and value > 0):
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    n_q_blocks = _cdiv(n, tile_q)
+    n_q_blocks = cdiv(n, tile_q)
     naive = (4 * n * d + 4 * n * n) * b
     tiled = (2 * n * d + 2 * n_q_blocks * n * d) * b
     br, bc = min(tile_q, n), min(tile_k, n)

@@ -18,7 +18,9 @@ and written in place; the returned cache has new tables and lengths (the old cac
 since the written slot lies past its lengths).
 
 ``quantize_fp8`` turns a bf16/fp16 cache into float8_e4m3fn values with per-tensor or per-head
-scales (real value = stored value * scale).
+scales (real value = stored value * scale); ``quantize_pool_fp8`` does the same to one bare pool
+tensor (the benchmark's pools, which have no tables), one KV head at a time so that no float32
+copy of a whole multi-GB pool is ever made. Every FP8 cache of the project is made by it.
 """
 
 from __future__ import annotations
@@ -28,23 +30,21 @@ from typing import Sequence
 
 import torch
 
+from units import cdiv
+
 __all__ = [
     "PagedKVCache",
-    "cdiv",
     "build_paged_cache",
     "paged_from_contiguous",
     "append_token",
     "quantize_fp8",
+    "quantize_pool_fp8",
+    "quantize_kv_fp8",
     "FP8_MAX",
 ]
 
 FP8_DTYPE = torch.float8_e4m3fn
 FP8_MAX = 448.0  # largest finite float8_e4m3fn value
-
-
-def cdiv(a: int, b: int) -> int:
-    """Ceiling division for non-negative ints."""
-    return -(-a // b)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,27 +324,39 @@ def _to_cache_dtype(x: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | N
     return x.to(dtype)
 
 
-def quantize_fp8(cache: PagedKVCache, *, per_head: bool = True) -> PagedKVCache:
-    """The same cache in float8_e4m3fn with scales ``amax / 448`` per KV head or per tensor.
+def quantize_pool_fp8(pool: torch.Tensor, *, per_head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pool`` ``[num_blocks, n_kv_heads, block_size, head_dim]`` in float8_e4m3fn, and its scales.
 
-    NaN-poisoned slots stay NaN (they are excluded from the amax).
+    Scales are ``amax / 448`` (e4m3's largest finite value) per KV head (``[n_kv_heads]``) or for
+    the whole tensor (``[1]``), fp32. Head by head, so at most one head's float32 copy exists at a
+    time. NaN-poisoned slots stay NaN (they are excluded from the amax).
     """
-    if cache.k_cache.dtype == FP8_DTYPE:
+    if pool.dtype == FP8_DTYPE:
         raise ValueError("cache is already float8_e4m3fn")
-
-    def one(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        xf = x.float()
-        finite = torch.nan_to_num(xf, nan=0.0).abs()
-        if per_head:
-            amax = finite.amax(dim=(0, 2, 3))  # [n_kv_heads]
-        else:
-            amax = finite.amax().reshape(1)
-        scale = torch.clamp(amax, min=1e-12) / FP8_MAX
-        s = scale.reshape(1, -1, 1, 1) if per_head else scale
-        q = (xf / s).clamp(-FP8_MAX, FP8_MAX)
+    heads = range(pool.shape[1])
+    amax = torch.stack([torch.nan_to_num(pool[:, h].float(), nan=0.0).abs().amax() for h in heads])
+    if not per_head:
+        amax = amax.amax().reshape(1)
+    scale = (torch.clamp(amax, min=1e-12) / FP8_MAX).to(torch.float32)
+    out = torch.empty(pool.shape, dtype=FP8_DTYPE, device=pool.device)
+    for h in heads:
+        xf = pool[:, h].float()
+        q = (xf / scale[h if per_head else 0]).clamp(-FP8_MAX, FP8_MAX)
         q = torch.where(torch.isnan(xf), xf, q)  # clamp turned NaN into a number on some builds
-        return q.to(FP8_DTYPE), scale.to(torch.float32)
+        out[:, h] = q.to(FP8_DTYPE)
+    return out, scale
 
-    k8, ks = one(cache.k_cache)
-    v8, vs = one(cache.v_cache)
+
+def quantize_kv_fp8(k: torch.Tensor, v: torch.Tensor, *, per_head: bool = True
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A K and a V pool in float8_e4m3fn: ``(k8, v8, k_scale, v_scale)`` (see :func:`quantize_pool_fp8`)."""
+    k8, ks = quantize_pool_fp8(k, per_head=per_head)
+    v8, vs = quantize_pool_fp8(v, per_head=per_head)
+    return k8, v8, ks, vs
+
+
+def quantize_fp8(cache: PagedKVCache, *, per_head: bool = True) -> PagedKVCache:
+    """The same cache in float8_e4m3fn with scales ``amax / 448`` per KV head or per tensor
+    (see :func:`quantize_pool_fp8`). NaN-poisoned slots stay NaN."""
+    k8, v8, ks, vs = quantize_kv_fp8(cache.k_cache, cache.v_cache, per_head=per_head)
     return replace(cache, k_cache=k8, v_cache=v8, k_scale=ks, v_scale=vs)

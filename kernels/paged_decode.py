@@ -66,11 +66,14 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from units import cdiv  # noqa: E402
+
 __all__ = [
     "DecodeConfig",
     "default_config",
     "default_num_splits",
     "paged_decode_attention",
+    "merge_splits",
     "SUPPORTED_HEAD_DIMS",
     "KV_DTYPES",
 ]
@@ -325,10 +328,10 @@ def default_num_splits(
 
     def wave_efficiency(splits: int) -> float:
         total = programs * splits
-        return total / (-(-total // slots) * slots)
+        return total / (cdiv(total, slots) * slots)
 
     splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), -s))
-    tiles = -(-max_len // block_n)
+    tiles = cdiv(max_len, block_n)
     return max(1, min(splits, max(1, tiles // 4), MAX_SPLITS))
 
 
@@ -561,12 +564,25 @@ def paged_decode_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
     if split:
-        _merge_splits_kernel[(batch, n_q_heads)](
-            part_out, part_lse, out, num_splits,
-            part_out.stride(0), part_out.stride(1), part_out.stride(2),
-            part_lse.stride(0), part_lse.stride(1),
-            out.stride(0), out.stride(1),
-            SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
-            num_warps=4,
-        )
+        merge_splits(part_out, part_lse, out)
+    return out
+
+
+def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Merge split-KV partial outputs into ``out`` (the second kernel of a split decode call).
+
+    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 normalised partial outputs
+    (last dim contiguous), ``part_lse`` ``[batch, n_q_heads, num_splits]`` fp32 base-2
+    log-sum-exps (last dim contiguous; ``-inf`` for an empty split, split 0 never empty), ``out``
+    ``[batch, n_q_heads, head_dim]``. Public so the merge can be timed on its own.
+    """
+    batch, n_q_heads, num_splits, head_dim = part_out.shape
+    _merge_splits_kernel[(batch, n_q_heads)](
+        part_out, part_lse, out, num_splits,
+        part_out.stride(0), part_out.stride(1), part_out.stride(2),
+        part_lse.stride(0), part_lse.stride(1),
+        out.stride(0), out.stride(1),
+        SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim,
+        num_warps=4,
+    )
     return out

@@ -16,6 +16,8 @@ import math
 
 import torch
 
+from units import cdiv
+
 __all__ = ["gather_kv", "gather_kv_padded", "paged_attention_reference"]
 
 
@@ -33,7 +35,7 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     Tensor [n_kv_heads, seq_len, head_dim], the cache's dtype
     """
     block_size = cache.shape[2]
-    nblk = -(-seq_len // block_size)
+    nblk = cdiv(seq_len, block_size)
     pages = cache[block_table[:nblk].long()]  # [nblk, n_kv_heads, block_size, head_dim]
     tokens = pages.transpose(0, 1).reshape(cache.shape[1], nblk * block_size, cache.shape[3])
     return tokens[:, :seq_len]

@@ -18,7 +18,7 @@ Prefill, per head (sequence length N, head dim d, b bytes per value)::
 Per layer multiplies by the query heads and the batch. The page counts the full N x N matrix
 whether or not the attention is causal (naive code materialises all of it and masks), and the
 full 4 N^2 d FLOPs; ``causal=True`` halves only the FLOPs, as a causal kernel skips the upper
-triangle (the harness's ``prefill_flops`` does the same).
+triangle (``prefill_flops`` below, which the benchmark records use too).
 
 Decode (one query token per sequence against a cache of L tokens)::
 
@@ -33,15 +33,52 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernels.bench.records import decode_flops, decode_kv_bytes, prefill_flops
+from hardware.gpus import get_gpu
 
 __all__ = [
-    "Hardware", "H100_SXM", "H200_SXM", "PrefillModel", "DecodeModel", "RooflinePoint",
+    "decode_kv_bytes", "decode_flops", "prefill_flops", "tbps", "tflops", "copy_tbps",
+    "Hardware", "H100_SXM", "H200_SXM", "hardware_from_catalogue", "PrefillModel", "DecodeModel", "RooflinePoint",
     "prefill_model", "decode_model", "roofline_point", "attainable_tflops", "ridge_intensity",
     "decode_contender_bytes", "prefill_contender_bytes",
 ]
 
 TERA = 1e12
+
+
+# ----------------------------------------------------------------------------------------------
+# Counts and rates (the benchmark records and the models both use these)
+# ----------------------------------------------------------------------------------------------
+
+
+def decode_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int, bytes_per_value: int) -> int:
+    """Bytes of K and V a decode step must read (each cached value once)."""
+    return 2 * batch * context * n_kv_heads * head_dim * bytes_per_value
+
+
+def decode_flops(batch: int, context: int, n_q_heads: int, head_dim: int) -> int:
+    """FLOPs of one decode step: q.k and p.v, a multiply-add each, per query head and token."""
+    return 4 * batch * n_q_heads * context * head_dim
+
+
+def prefill_flops(batch: int, seq_len: int, n_q_heads: int, head_dim: int, causal: bool) -> int:
+    """FLOPs of attention forward over N x N scores; causal computes half of them."""
+    full = 4 * batch * n_q_heads * seq_len * seq_len * head_dim
+    return full // 2 if causal else full
+
+
+def tbps(nbytes: float, ms: float) -> float:
+    """Terabytes (1e12) per second."""
+    return nbytes / (ms * 1e-3) / TERA
+
+
+def tflops(flops: float, ms: float) -> float:
+    """Tera-FLOPs (1e12) per second."""
+    return flops / (ms * 1e-3) / TERA
+
+
+def copy_tbps(buffer_bytes: int, ms: float) -> float:
+    """Device-to-device copy bandwidth, counting the bytes read and the bytes written."""
+    return tbps(2 * buffer_bytes, ms)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,9 +108,15 @@ def _bound(memory_s: float, compute_s: float) -> str:
     return "memory" if memory_s > compute_s else "compute"
 
 
-# Datasheet figures (dense, no sparsity): the reference page's H100 and this project's H200.
-H100_SXM = Hardware(name="H100 SXM (datasheet)", hbm_tbps=3.35, tflops=989.0)
-H200_SXM = Hardware(name="H200 SXM (datasheet)", hbm_tbps=4.8, tflops=989.0)
+def hardware_from_catalogue(gpu_id: str) -> Hardware:
+    """A catalogue GPU's datasheet ceilings (dense, no sparsity) as a ``Hardware``."""
+    gpu = get_gpu(gpu_id)
+    return Hardware(name=f"{gpu.name} (datasheet)", hbm_tbps=gpu.bandwidth_tbs, tflops=float(gpu.bf16_tflops))
+
+
+# The reference page's H100 and this project's H200, from the GPU catalogue.
+H100_SXM = hardware_from_catalogue("h100-sxm")
+H200_SXM = hardware_from_catalogue("h200")
 
 
 @dataclass(frozen=True, kw_only=True)

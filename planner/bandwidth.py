@@ -5,7 +5,8 @@ The planner multiplies the chosen GPU's datasheet figures by two efficiencies:
 * ``bandwidth_efficiency``: HBM bytes per second a decode step really achieves ÷ datasheet bandwidth;
 * ``compute_efficiency``: bf16 matmul FLOP/s really achieved ÷ datasheet dense bf16 rate.
 
-Sources, in order of preference (issue 6):
+Sources, in order of preference (a measurement on the user's own GPU beats one on another GPU,
+which beats the vendor's promise):
 
 1. ``measured``: a run of ``python -m kernels.bench --json`` on this GPU (the page keeps it in
    session state; the CLI reads it from ``--bench-json``);
@@ -15,38 +16,33 @@ Sources, in order of preference (issue 6):
 An efficiency is a ratio, so an H200 measurement carries over to another GPU as "this fraction
 of its datasheet", which is the honest transfer; the label says so.
 
-The bench JSON contract (issue 4) guarantees a ``targets`` list of ``{name, measured, required,
-met}`` with ``decode_large_tbps`` = worst paged-decode KV read rate over shapes with
-batch × context ≥ 256K tokens. That is the figure used for bandwidth: it is what a decode step
-reads at serving batch sizes. The matmul ceiling's key is not fixed by the contract, so it is
-searched for (any numeric field whose name mentions ``matmul`` and ``tflops``).
+Every source is a typed :class:`~kernels.bench.records.BenchReport`. Its target
+``decode_large_tbps`` is the worst paged-decode KV read rate over shapes with batch × context
+≥ 256K tokens: what a decode step reads at serving batch sizes, so it gives the bandwidth. The
+matmul efficiency comes from the report's measured bf16 matmul ceiling.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
+
+from kernels.bench.records import DATASHEET_TBPS, DATASHEET_TFLOPS, BenchReport
+from kernels.bench.shipped import find_shipped_results
 
 BandwidthSource = Literal["measured", "h200-results", "datasheet"]
 SOURCES_IN_ORDER: tuple[BandwidthSource, ...] = ("measured", "h200-results", "datasheet")
 
-# Datasheet figures of the H200 (NVIDIA product page), used only to turn the shipped H200 run's
-# absolute TB/s and TFLOP/s into ratios when the bench JSON does not state its own datasheet.
-H200_DATASHEET_BANDWIDTH_TBPS = 4.8
-H200_DATASHEET_BF16_TFLOPS = 989.0  # dense; NVIDIA's 1,979 figure assumes 2:4 sparsity
-
-# The target in the bench JSON whose measurement is the decode KV read rate at serving sizes.
+# The target in the bench report whose measurement is the decode KV read rate at serving sizes.
 DECODE_TARGET_NAME = "decode_large_tbps"
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 
 
-class BenchJsonError(ValueError):
-    """A bench JSON that cannot give an efficiency; the message says which field is wrong."""
+class UnusableReport(ValueError):
+    """A valid bench report that cannot give an efficiency; the message says which field is missing."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,42 +89,40 @@ def datasheet_estimate() -> BandwidthEstimate:
 
 
 def estimate_from_bench(
-    data: Mapping[str, Any],
+    report: BenchReport,
     *,
     source: BandwidthSource,
     datasheet_bandwidth_tbps: float | None = None,
     datasheet_bf16_tflops: float | None = None,
 ) -> BandwidthEstimate:
-    """Efficiencies from one bench JSON (already parsed).
+    """Efficiencies from one bench report.
 
     Parameters
     ----------
-    data : the JSON object written by ``python -m kernels.bench --json``.
+    report : a run of ``python -m kernels.bench --json``, parsed by ``kernels.bench.records``.
     source : ``"measured"`` (run on this GPU) or ``"h200-results"`` (the shipped run).
     datasheet_bandwidth_tbps, datasheet_bf16_tflops : the measured device's datasheet figures
-        (TB/s, TFLOP/s); default: the H200's, the only device the shipped results come from.
+        (TB/s, TFLOP/s); default: those the report states for its own device.
 
     Raises
     ------
-    BenchJsonError : no ``targets`` entry ``decode_large_tbps`` with a positive ``measured``.
+    UnusableReport : no target ``decode_large_tbps`` with a positive measurement and no
+        measured copy ceiling to fall back on.
     """
-    ceilings = data.get("ceilings") if isinstance(data.get("ceilings"), Mapping) else {}
-    bandwidth_tbps = (datasheet_bandwidth_tbps or _positive(ceilings.get("datasheet_tbps"))
-                      or H200_DATASHEET_BANDWIDTH_TBPS)
-    peak_tflops = (datasheet_bf16_tflops or _positive(ceilings.get("datasheet_tflops"))
-                   or H200_DATASHEET_BF16_TFLOPS)
+    ceilings = report.ceilings
+    bandwidth_tbps = datasheet_bandwidth_tbps or _positive(ceilings.datasheet_tbps) or DATASHEET_TBPS
+    peak_tflops = datasheet_bf16_tflops or _positive(ceilings.datasheet_tflops) or DATASHEET_TFLOPS
     try:
-        read_tbps, what = _decode_target_tbps(data), "paged decode"
-    except BenchJsonError:
+        read_tbps, what = _decode_target_tbps(report), "paged decode"
+    except UnusableReport:
         # No decode figure: the streaming copy ceiling is the next best (a copy moves as many
         # bytes as it reads and writes, and its rate counts both, so it estimates read speed).
-        copy = _positive(ceilings.get("copy_tbps"))
+        copy = _positive(ceilings.copy_tbps)
         if copy is None:
             raise
         read_tbps, what = copy, "streaming copy"
-    matmul_tflops = _find_matmul_tflops(data)
+    matmul_tflops = _positive(ceilings.matmul_tflops)
     compute_efficiency = 1.0 if matmul_tflops is None else matmul_tflops / peak_tflops
-    device = _device_name(data)
     where = "harness run on this GPU" if source == "measured" else "shipped H200 results"
     matmul_text = (
         "matmul at datasheet rate (not in the JSON)"
@@ -140,41 +134,16 @@ def estimate_from_bench(
         bandwidth_efficiency=read_tbps / bandwidth_tbps,
         compute_efficiency=compute_efficiency,
         label=(
-            f"{where} ({device}): {what} {read_tbps:.2f} of {bandwidth_tbps:g} TB/s "
+            f"{where} ({report.provenance.device}): {what} {read_tbps:.2f} of {bandwidth_tbps:g} TB/s "
             f"= {read_tbps / bandwidth_tbps:.2f} of datasheet; {matmul_text}"
         ),
     )
 
 
-def shipped_results_paths(results_dir: Path = RESULTS_DIR) -> list[Path]:
-    """The shipped bench JSON files, newest name last (sorted), empty when none are present."""
-    if not results_dir.is_dir():
-        return []
-    return sorted(results_dir.glob("*.json"))
-
-
-def load_bench_json(source: Path | str | bytes) -> Mapping[str, Any]:
-    """A bench JSON validated by the kernels owner's loader, as plain data: ``source`` is the
-    document's content (bytes or text, never taken for a path) or a :class:`~pathlib.Path`
-    from a CLI option or the shipped results.
-
-    ``kernels.bench.records`` checks the schema and every field and returns a typed
-    ``BenchReport``; it is flattened back to dicts so that ``estimate_from_bench`` reads one
-    shape whatever produced it.
-    """
-    from kernels.bench.records import parse_bench_json, read_bench_file
-
-    try:
-        report = read_bench_file(source) if isinstance(source, Path) else parse_bench_json(source)
-    except ValueError as exc:
-        raise BenchJsonError(getattr(exc, "message", str(exc))) from exc
-    return dataclasses.asdict(report)
-
-
 def choose_estimate(
     preferred: BandwidthSource,
     *,
-    measured: Mapping[str, Any] | None = None,
+    measured: BenchReport | None = None,
     measured_datasheet_tbps: float | None = None,
     measured_datasheet_tflops: float | None = None,
     results_dir: Path = RESULTS_DIR,
@@ -197,76 +166,44 @@ def choose_estimate(
                     datasheet_bandwidth_tbps=measured_datasheet_tbps,
                     datasheet_bf16_tflops=measured_datasheet_tflops,
                 ), notes
-            except BenchJsonError as exc:
+            except UnusableReport as exc:
                 notes.append(f"harness run unusable: {exc}")
                 continue
         if source == "h200-results":
-            paths = shipped_results_paths(results_dir)
-            if not paths:
-                notes.append("no shipped H200 results in benchmarks/results/")
-                continue
-            # The folder also holds other runs (kernel tuning logs): use the last file, by name,
-            # that is a valid harness report.
-            for path in reversed(paths):
-                try:
-                    data = load_bench_json(path)
-                    return estimate_from_bench(data, source="h200-results"), notes
-                except BenchJsonError:
-                    continue
-            notes.append(f"no harness report among the {len(paths)} file(s) in benchmarks/results/")
+            estimate, note = _shipped_estimate(results_dir)
+            if estimate is not None:
+                return estimate, notes
+            notes.append(note)
     return datasheet_estimate(), notes
 
 
-def _decode_target_tbps(data: Mapping[str, Any]) -> float:
-    targets = data.get("targets")
-    if not isinstance(targets, (list, tuple)):
-        raise BenchJsonError("field 'targets' missing or not a list")
-    for target in targets:
-        if isinstance(target, Mapping) and target.get("name") == DECODE_TARGET_NAME:
-            value = target.get("measured")
-            if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
-                return float(value)
-            raise BenchJsonError(f"target '{DECODE_TARGET_NAME}' has no positive 'measured'")
-    raise BenchJsonError(f"no target named '{DECODE_TARGET_NAME}' in 'targets'")
+def _shipped_estimate(results_dir: Path) -> tuple[BandwidthEstimate | None, str]:
+    """The estimate from the shipped results, or None and why there is none."""
+    shipped = find_shipped_results(results_dir)
+    found = len(shipped.results) + len(shipped.rejected)
+    if not found:
+        return None, "no shipped H200 results in benchmarks/results/"
+    # The folder also holds other runs (kernel tuning logs), which the loader rejects; of the
+    # harness reports, the newest run that has a decode or copy figure is used.
+    for result in shipped.results:
+        try:
+            return estimate_from_bench(result.report, source="h200-results"), ""
+        except UnusableReport:
+            continue
+    return None, f"no harness report among the {found} file(s) in benchmarks/results/"
 
 
-def _find_matmul_tflops(data: Any) -> float | None:
-    """First positive number under a key naming both a matmul and TFLOP/s, depth-first."""
-    for key, value in _walk(data):
-        lowered = key.lower()
-        if "matmul" in lowered and "tflop" in lowered and isinstance(value, (int, float)):
-            if math.isfinite(value) and value > 0:
-                return float(value)
-    return None
+def _decode_target_tbps(report: BenchReport) -> float:
+    for target in report.targets:
+        if target.name == DECODE_TARGET_NAME:
+            value = _positive(target.measured)
+            if value is None:
+                raise UnusableReport(f"target '{DECODE_TARGET_NAME}' has no positive 'measured'")
+            return value
+    raise UnusableReport(f"no target named '{DECODE_TARGET_NAME}' in 'targets'")
 
 
-def _positive(value: Any) -> float | None:
+def _positive(value: float | None) -> float | None:
     if isinstance(value, (int, float)) and math.isfinite(value) and value > 0:
         return float(value)
     return None
-
-
-def _device_name(data: Mapping[str, Any]) -> str:
-    provenance = data.get("provenance")
-    if isinstance(provenance, Mapping) and isinstance(provenance.get("device"), str):
-        return provenance["device"]
-    for key in ("device", "device_name", "gpu"):
-        value = data.get(key)
-        if isinstance(value, str):
-            return value
-        if isinstance(value, Mapping) and isinstance(value.get("name"), str):
-            return value["name"]
-    return "device not stated"
-
-
-def _walk(data: Any, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    # Depth-limited: bench JSONs are shallow, and a hostile file must not recurse forever.
-    if depth > 6:
-        return
-    if isinstance(data, Mapping):
-        for key, value in data.items():
-            yield str(key), value
-            yield from _walk(value, depth + 1)
-    elif isinstance(data, (list, tuple)):
-        for item in data[:1000]:
-            yield from _walk(item, depth + 1)

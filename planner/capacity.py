@@ -1,6 +1,6 @@
 """Capacity planner: from a model, GPUs and traffic to users served and time per output token.
 
-The model (issue 6), per GPU of one tensor-parallel replica of ``tp`` GPUs:
+The model, per GPU of one tensor-parallel replica of ``tp`` GPUs:
 
 * KV budget = usable fraction × GPU memory − weight bytes ÷ tp.
 * Concurrent sequences = budget ÷ (KV pool tokens one sequence holds × KV bytes per token per GPU),
@@ -24,7 +24,7 @@ Limits named in ``binding_limit`` (first violated wins, else what sets the step 
 ``"bandwidth"`` or ``"compute"`` (what the step time is made of at the batch asked for).
 
 Simplification, stated: every sequence in a batch is counted at its full length (the snapshot
-view of issue 3); live contexts are shorter on average, so the step time is an upper bound.
+view of the fragmentation explorer); live contexts are shorter on average, so the step time is an upper bound.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import numpy as np
 
 from planner.bandwidth import BandwidthEstimate
 from sizing.kv import DEFAULT_USABLE_FRACTION
-from sizing.plan import GPUS_PER_NODE  # an HGX/DGX node (DESIGN.md: "8 GPUs is a node")
+from sizing.plan import GPUS_PER_NODE  # an HGX/DGX node: the unit GPUs are bought and wired in
 
 BindingLimit = Literal["memory", "latency", "bandwidth", "compute"]
 StepBound = Literal["bandwidth", "compute"]
@@ -79,9 +79,8 @@ class ModelCost:
             raise ValueError(f"tp must be a positive integer, got {self.tp!r}")
         for field in ("weight_bytes", "params", "kv_bytes_per_token",
                       "kv_bytes_per_token_per_gpu", "attention_flops_per_context_token_per_gpu"):
-            _check_non_negative(field, getattr(self, field))
-        if self.kv_bytes_per_token_per_gpu <= 0:
-            raise ValueError("kv_bytes_per_token_per_gpu must be positive")
+            check_non_negative(field, getattr(self, field))
+        check_positive("kv_bytes_per_token_per_gpu", self.kv_bytes_per_token_per_gpu)
 
     @property
     def weight_bytes_per_gpu(self) -> float:
@@ -104,10 +103,7 @@ class GpuSpec:
 
     def __post_init__(self) -> None:
         for field in ("memory_bytes", "bandwidth_bytes_per_s", "bf16_flops_per_s"):
-            value = getattr(self, field)
-            _check_non_negative(field, value)
-            if value <= 0:
-                raise ValueError(f"{field} must be positive, got {value!r}")
+            check_positive(field, getattr(self, field))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -215,7 +211,7 @@ class CurvePoint:
 
 @dataclass(frozen=True, kw_only=True)
 class CapacityPlan:
-    """Everything the planner page and ``python -m sizing plan`` show."""
+    """Everything the planner page and ``python -m planner`` show."""
 
     model: ModelCost
     gpu: GpuSpec
@@ -294,7 +290,7 @@ def decode_step(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
     """Time of one decode step on one GPU of the replica (see the module docstring)."""
     if not (isinstance(batch, (int, np.integer)) and batch >= 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    _check_non_negative("context", context)
+    check_non_negative("context", context)
     bytes_read = model.weight_bytes_per_gpu + batch * context * model.kv_bytes_per_token_per_gpu
     flops = batch * _flops_per_sequence(model, context)
     return DecodeStep(
@@ -311,12 +307,18 @@ def prefill_seconds(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate,
     Attention over a causal prompt of n tokens sees on average n / 2 earlier tokens, hence the
     n² / 2. A short prompt is still bounded below by reading the weights once.
     """
-    _check_non_negative("prompt_tokens", prompt_tokens)
+    check_non_negative("prompt_tokens", prompt_tokens)
     flops = (prompt_tokens * FLOPS_PER_PARAM_PER_TOKEN * model.params_per_gpu
              + model.attention_flops_per_context_token_per_gpu * prompt_tokens**2 / 2)
     compute_s = flops / effective_flops(gpu, estimate)
     weights_s = model.weight_bytes_per_gpu / effective_bandwidth(gpu, estimate)
     return max(compute_s, weights_s)
+
+
+def spare_bytes_within(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate,
+                       seconds: float) -> float:
+    """KV bytes one GPU can read in ``seconds`` after reading its share of the weights once."""
+    return seconds * effective_bandwidth(gpu, estimate) - model.weight_bytes_per_gpu
 
 
 def largest_batch_within_tpot(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
@@ -331,7 +333,7 @@ def largest_batch_within_tpot(model: ModelCost, gpu: GpuSpec, estimate: Bandwidt
     if not (tpot_s > 0 and math.isfinite(tpot_s)):
         raise ValueError(f"tpot_s must be a positive number, got {tpot_s!r}")
     kv_bytes = context * model.kv_bytes_per_token_per_gpu
-    spare_bytes = tpot_s * effective_bandwidth(gpu, estimate) - model.weight_bytes_per_gpu
+    spare_bytes = spare_bytes_within(model, gpu, estimate, tpot_s)
     by_memory = math.inf if kv_bytes == 0 else spare_bytes / kv_bytes
     per_sequence_flops = _flops_per_sequence(model, context)
     by_compute = (math.inf if per_sequence_flops == 0
@@ -362,7 +364,7 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
     Parameters
     ----------
     contiguous, paged : sequences each allocator fits in one GPU's KV budget (the simulator's
-        snapshot on the chosen traffic; ``planner_inputs.allocator_fits``).
+        snapshot on the chosen traffic; ``planner.plan.allocator_fits``).
     context : mean tokens per sequence, for the KV bytes a decode step reads.
     usable_fraction : share of GPU memory for weights plus KV (0–1], the rest is headroom.
     prompt_tokens : mean prompt, for the time to first token; default: the mean sequence length.
@@ -372,7 +374,7 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
     """
     if tpot_target_s is not None and not (tpot_target_s > 0 and math.isfinite(tpot_target_s)):
         raise ValueError(f"tpot_target_s must be a positive number, got {tpot_target_s!r}")
-    _check_non_negative("context", context)
+    check_non_negative("context", context)
     budget = kv_budget_bytes_per_gpu(model, gpu, usable_fraction)
     latency_batch = (None if tpot_target_s is None else
                      largest_batch_within_tpot(model, gpu, estimate, context=context,
@@ -387,7 +389,7 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
                            prompt_tokens=context if prompt_tokens is None else prompt_tokens)
     concurrency = None
     if arrival_rate_per_s is not None:
-        _check_non_negative("arrival_rate_per_s", arrival_rate_per_s)
+        check_non_negative("arrival_rate_per_s", arrival_rate_per_s)
         outputs = context if mean_output_tokens is None else mean_output_tokens
         paged_step = plans["paged"].step
         tpot = paged_step.step_s if paged_step is not None else math.inf
@@ -487,7 +489,15 @@ def _flops_per_sequence(model: ModelCost, context: float) -> float:
             + model.attention_flops_per_context_token_per_gpu * context)
 
 
-def _check_non_negative(name: str, value: float) -> None:
+def check_positive(name: str, value: float) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number above 0."""
+    check_non_negative(name, value)
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def check_non_negative(name: str, value: float) -> None:
+    """``ValueError`` naming ``name`` unless ``value`` is a finite number ≥ 0."""
     if not (isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
             and value >= 0):
         raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")

@@ -1,6 +1,7 @@
-"""``python -m sizing plan``: the capacity planner from the command line (JSON with ``--json``).
+"""``python -m planner`` (also ``python -m sizing plan``): the capacity planner from the command
+line (JSON with ``--json``).
 
-Contract (issue 6): the sizer's model, precision and GPU options plus ``--tp N``, ``--batch B``,
+Options: the sizer's model, precision and GPU options plus ``--tp N``, ``--batch B``,
 ``--context L``, ``--bandwidth-source {measured,h200-results,datasheet}``, ``--efficiency F``;
 prints at least ``decode_step_s``, ``tokens_per_s``, ``max_batch_paged``,
 ``max_batch_contiguous``, ``binding_limit``. Every sequence holds ``--context`` tokens (a fixed
@@ -8,46 +9,55 @@ workload) unless ``--trace`` or ``--mean``/``--sigma`` give a distribution. With
 ``--bandwidth-source datasheet --efficiency 1`` a memory-bound step is exactly
 ``(weight bytes per GPU + B × L × per-GPU KV bytes per token) ÷ bandwidth``.
 
-Bad arguments: exit status 2 and one line naming the argument (the sizer CLI's convention, whose
-option groups and parser are reused here).
+Bad arguments: exit status 2 and one line naming the argument, as the sizer's CLI, whose
+option groups are reused so both parse a model and a GPU the same way.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sizing import cli as sizer_cli
-from planner.bandwidth import SOURCES_IN_ORDER, BenchJsonError, load_bench_json
-from sizing.errors import SizingError
+from inputs.bounds import Bound
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
+from inputs.errors import InputError
+from inputs.uploads import dumps_strict, read_path_capped
+from kernels.bench.records import BenchReport, read_bench_file
+from planner.bandwidth import SOURCES_IN_ORDER
 from planner.capacity import binding_limit_at, decode_step, effective_bandwidth
-from planner.plan import (
-    DEFAULT_MAX_CONTEXT,
-    PlanOutcome,
-    PlanRequest,
-    TrafficSpec,
-    run_plan,
-)
-from sizing.precisions import get_precision
+from planner.plan import DEFAULT_MAX_CONTEXT, PlanOutcome, PlanRequest, TrafficSpec, run_plan
+from sizing import cli as sizer_cli
+from sizing.kv import DEFAULT_BLOCK_SIZE
 
 PROG = "python -m sizing plan"
 POLICIES = ("max", "pow2", "oracle")
-DEFAULT_CONTEXT = 2048  # the reference page's average request (problem 4)
+DEFAULT_CONTEXT = 2048  # the reference page's average request
+MAX_TRACE_BYTES = 64_000_000  # the largest shipped trace is under 1 MB; a bigger file is not one
+
+# Ranges of the planner's own numeric options (shown by --help). A fixed workload needs one
+# prompt token and one output token, hence contexts from 2.
+BATCH = Bound(field="batch", low=1, high=10_000_000, integer=True, unit="sequences")
+CONTEXT = Bound(field="context", low=2, high=10_000_000, integer=True, unit="tokens")
+MAX_CONTEXT = Bound(field="max_context", low=2, high=10_000_000, integer=True, unit="tokens")
+MEAN = Bound(field="mean", low=2, high=10_000_000, unit="tokens")
+SIGMA = Bound(field="sigma", low=0, low_open=True, high=4)
+EFFICIENCY = Bound(field="efficiency", low=0, low_open=True, high=1)
+TPOT_MS = Bound(field="tpot_ms", low=0, low_open=True, high=10_000_000, unit="ms")
+TTFT_MS = Bound(field="ttft_ms", low=0, low_open=True, high=10_000_000, unit="ms")
+RATE = Bound(field="rate", low=0, low_open=True, high=1_000_000, unit="requests/s")
 
 
-# Argument types shared with the sizer's CLI, so both report bad values the same way.
-_efficiency = sizer_cli._fraction  # a factor on bandwidth in (0, 1]
-_positive_float = sizer_cli._positive_float
-_positive_int = sizer_cli._positive_int
+def _add(group, option: str, bound: Bound, text: str, **kwargs: Any) -> None:
+    group.add_argument(option, type=arg_type(bound), help=f"{text} ({help_range(bound)})", **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``plan`` parser: the sizer's model/precision/hardware groups plus the planner's own."""
-    parser = sizer_cli._Parser(
+    """The planner's parser: the sizer's model/precision/hardware groups plus its own."""
+    parser = OneLineParser(
         prog=PROG,
         description="Users served and time per output token, contiguous against paged KV.",
         epilog="Exit status 2 on a bad argument, with one line naming it.",
@@ -57,78 +67,70 @@ def build_parser() -> argparse.ArgumentParser:
     sizer_cli.add_precision_arguments(parser)
     sizer_cli.add_hardware_arguments(parser)
     group = parser.add_argument_group("planner")
-    group.add_argument("--batch", type=_positive_int, metavar="B",
-                       help="sequences decoded together (default: the largest the plan allows)")
-    group.add_argument("--context", type=_positive_int, default=DEFAULT_CONTEXT, metavar="L",
-                       help=f"tokens each sequence holds (default {DEFAULT_CONTEXT})")
-    group.add_argument("--max-context", type=_positive_int, default=DEFAULT_MAX_CONTEXT,
-                       metavar="TOKENS", help="contiguous reservation for Orca-Max "
-                       f"(default {DEFAULT_MAX_CONTEXT})")
-    group.add_argument("--block-size", type=_positive_int, default=16, metavar="N",
-                       help="paged block size in tokens (default 16, as vLLM)")
-    group.add_argument("--policy", choices=POLICIES, default="max",
+    _add(group, "--batch", BATCH, "sequences decoded together (default: the largest the plan allows)",
+         metavar="B")
+    _add(group, "--context", CONTEXT, f"tokens each sequence holds (default {DEFAULT_CONTEXT})",
+         default=DEFAULT_CONTEXT, metavar="L")
+    _add(group, "--max-context", MAX_CONTEXT, "contiguous reservation for Orca-Max "
+         f"(default {DEFAULT_MAX_CONTEXT})", default=DEFAULT_MAX_CONTEXT, metavar="TOKENS")
+    _add(group, "--block-size", sizer_cli.BLOCK_SIZE,
+         f"paged block size in tokens (default {DEFAULT_BLOCK_SIZE}, as vLLM)",
+         default=DEFAULT_BLOCK_SIZE, metavar="N")
+    group.add_argument("--policy", type=choice(POLICIES), default="max", metavar="{max,pow2,oracle}",
                        help="contiguous reservation policy (default max)")
-    group.add_argument("--mean", type=_positive_float, metavar="TOKENS",
-                       help="log-normal traffic: mean total tokens per request (instead of --context)")
-    group.add_argument("--sigma", type=_positive_float, default=0.8, metavar="S",
-                       help="log-normal sigma (default 0.8)")
-    group.add_argument("--trace", type=Path, metavar="CSV", help="request lengths from a trace CSV")
-    group.add_argument("--bandwidth-source", choices=SOURCES_IN_ORDER, default=None,
+    _add(group, "--mean", MEAN, "log-normal traffic: mean total tokens per request (instead of "
+         "--context)", metavar="TOKENS")
+    _add(group, "--sigma", SIGMA, "log-normal sigma (default 0.8)", default=0.8, metavar="S")
+    group.add_argument("--trace", type=Path, metavar="CSV",
+                       help=f"request lengths from a trace CSV (at most {MAX_TRACE_BYTES:,} bytes)")
+    group.add_argument("--bandwidth-source", type=choice(SOURCES_IN_ORDER), default=None,
+                       metavar="{" + ",".join(SOURCES_IN_ORDER) + "}",
                        help="measured (needs --bench-json), h200-results, datasheet "
                             "(default: the best available, in that order)")
     group.add_argument("--bench-json", type=Path, metavar="PATH",
                        help="a `python -m kernels.bench --json` run on this GPU")
-    group.add_argument("--efficiency", type=_efficiency, metavar="F",
-                       help="factor on datasheet bandwidth (default: from the source)")
-    group.add_argument("--tpot-ms", type=_positive_float, metavar="MS", help="TPOT target")
-    group.add_argument("--ttft-ms", type=_positive_float, metavar="MS", help="TTFT target")
-    group.add_argument("--rate", type=_positive_float, metavar="REQ/S",
-                       help="arrival rate, for the replicas it needs")
+    _add(group, "--efficiency", EFFICIENCY, "factor on datasheet bandwidth (default: from the source)",
+         metavar="F")
+    _add(group, "--tpot-ms", TPOT_MS, "TPOT target", metavar="MS")
+    _add(group, "--ttft-ms", TTFT_MS, "TTFT target", metavar="MS")
+    _add(group, "--rate", RATE, "arrival rate, for the replicas it needs", metavar="REQ/S")
     return parser
 
 
-def request_from_args(args: argparse.Namespace) -> tuple[PlanRequest, dict[str, Any] | None]:
-    """The plan request and the measured harness JSON (if any) the options describe."""
-    # The sizer's request builder wants its own workload options; they do not matter here.
-    sizer_args = argparse.Namespace(**vars(args), users=1, kv_budget_gib=None)
-    sizing = sizer_cli.request_from_args(sizer_args)
+def traffic_from_args(args: argparse.Namespace) -> TrafficSpec:
+    """A trace (read with a size cap), a log-normal or every request at ``--context`` tokens."""
     if args.trace is not None and args.mean is not None:
-        raise sizer_cli.UsageError("argument --trace: not allowed with argument --mean")
+        raise UsageError("argument --trace: not allowed with argument --mean")
     if args.trace is not None:
-        try:
-            data = args.trace.read_bytes()
-        except OSError as exc:
-            raise sizer_cli.UsageError(f"argument --trace: cannot read {args.trace}: "
-                                       f"{exc.strerror or exc}") from None
-        traffic = TrafficSpec(kind="trace", trace_bytes=data, trace_name=args.trace.name)
-    elif args.mean is not None:
-        traffic = TrafficSpec(kind="lognormal", mean=args.mean, sigma=args.sigma)
-    else:
-        if args.context < 2:
-            raise sizer_cli.UsageError("argument --context: must be at least 2 tokens")
-        traffic = TrafficSpec(kind="fixed", length=args.context)
-    measured = None
+        data = read_path_capped(str(args.trace), MAX_TRACE_BYTES, field="trace")
+        return TrafficSpec(kind="trace", trace_bytes=data, trace_name=args.trace.name)
+    if args.mean is not None:
+        return TrafficSpec(kind="lognormal", mean=args.mean, sigma=args.sigma)
+    return TrafficSpec(kind="fixed", length=args.context)
+
+
+def measured_from_args(args: argparse.Namespace) -> BenchReport | None:
+    """The harness report of ``--bench-json`` (read with the kernels loader's size cap)."""
     if args.bench_json is not None:
-        try:
-            measured = dict(load_bench_json(Path(args.bench_json)))
-        except BenchJsonError as exc:
-            raise sizer_cli.UsageError(f"argument --bench-json: {exc}") from None
-    elif args.bandwidth_source == "measured":
-        raise sizer_cli.UsageError("argument --bench-json: required with --bandwidth-source measured")
-    request = PlanRequest(
-        model=sizing.model,
-        kv_precision=get_precision(sizing.kv_dtype, group_size=sizing.kv_group_size,
-                                   field="kv_dtype"),
-        weight_precision=get_precision(sizing.weight_dtype, group_size=sizing.weight_group_size,
-                                       field="weight_dtype"),
-        gpu=sizing.gpu, tp=sizing.tp, usable_fraction=sizing.usable_fraction, traffic=traffic,
-        max_context=max(args.max_context, 2), block_size=args.block_size, policy=args.policy,
+        return read_bench_file(args.bench_json)
+    if args.bandwidth_source == "measured":
+        raise UsageError("argument --bench-json: required with --bandwidth-source measured")
+    return None
+
+
+def request_from_args(args: argparse.Namespace) -> PlanRequest:
+    """The plan request the options describe (library errors propagate, naming their field)."""
+    kv_precision, weight_precision = sizer_cli.precisions_from_args(args)
+    return PlanRequest(
+        model=sizer_cli.model_from_args(args), kv_precision=kv_precision,
+        weight_precision=weight_precision, gpu=sizer_cli.gpu_from_args(args), tp=args.tp,
+        usable_fraction=args.usable, traffic=traffic_from_args(args),
+        max_context=args.max_context, block_size=args.block_size, policy=args.policy,
         bandwidth_source=args.bandwidth_source or "measured", efficiency=args.efficiency,
         tpot_target_s=None if args.tpot_ms is None else args.tpot_ms / 1e3,
         ttft_target_s=None if args.ttft_ms is None else args.ttft_ms / 1e3,
         arrival_rate_per_s=args.rate,
     )
-    return request, measured
 
 
 def result_dict(outcome: PlanOutcome, *, batch: int | None, context: float | None) -> dict[str, Any]:
@@ -218,26 +220,38 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``plan``; returns 0, or 2 after one line naming a bad argument."""
+    """Run the planner; returns 0, or 2 after one line naming a bad argument."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
+
+    def body() -> int:
         args = build_parser().parse_args(argv)
-        request, measured = request_from_args(args)
-        outcome = run_plan(request, measured=measured)
+        request = request_from_args(args)
+        measured = measured_from_args(args)
+        try:
+            outcome = run_plan(request, measured=measured)
+        except InputError:
+            raise
+        except ValueError as exc:  # a trace the simulator rejects names its row or column
+            raise UsageError(f"argument {'--trace' if args.trace else '--context'}: {exc}") from None
+        concurrency = outcome.plan.required_concurrency
+        if concurrency is not None and not math.isfinite(concurrency):
+            raise UsageError("argument --rate: not one sequence can run on this plan, so no "
+                             "number of replicas serves an arrival rate")
         fixed = request.traffic.kind == "fixed"
         result = result_dict(outcome, batch=args.batch, context=args.context if fixed else None)
-    except sizer_cli.UsageError as exc:
-        return _fail(str(exc))
-    except SizingError as exc:
-        return _fail(sizer_cli._option_message(exc))
-    except ValueError as exc:  # a trace the simulator rejects names its row or column
-        return _fail(f"argument {'--trace' if args.trace else '--context'}: {exc}")
-    print(json.dumps(result, indent=2) if args.json else format_table(result))
-    return 0
+        try:
+            text = dumps_strict(result, indent=2) if args.json else format_table(result)
+        except ValueError:  # the bounds keep every figure finite; refuse rather than print NaN
+            raise UsageError("the options give a result that is not a finite number; "
+                             "use smaller values") from None
+        print(text)
+        return 0
+
+    return run_cli(PROG, body, option_for_field=_option_for_field)
 
 
-def _fail(message: str) -> int:
-    return sizer_cli._fail(message, prog=PROG)
+def _option_for_field(field: str) -> str:
+    return {"bench_json": "--bench-json", "trace": "--trace"}.get(field) or sizer_cli.option_for_field(field)
 
 
 if __name__ == "__main__":

@@ -26,10 +26,12 @@ from planner.capacity import (
     DecodeStep,
     GpuSpec,
     ModelCost,
+    check_non_negative,
+    check_positive,
     decode_step,
-    effective_bandwidth,
     effective_flops,
     largest_batch_within_tpot,
+    spare_bytes_within,
 )
 
 EdgeLimit = Literal["memory", "control-step"]
@@ -57,13 +59,9 @@ class EdgeWorkload:
 
     def __post_init__(self) -> None:
         for name in ("os_bytes", "perception_bytes", "instruction_tokens"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be a finite number ≥ 0, got {value!r}")
+            check_non_negative(name, getattr(self, name))
         for name in ("tokens_per_frame", "frames_per_s", "control_step_s"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            check_positive(name, getattr(self, name))
 
     @property
     def tokens_per_s(self) -> float:
@@ -132,12 +130,11 @@ def _longest_context_within(model: ModelCost, device: GpuSpec, estimate: Bandwid
     """
     if largest_batch_within_tpot(model, device, estimate, context=0, tpot_s=step_s) < 1:
         return 0.0  # the weights alone take longer than the control step
-    by_memory = ((step_s * effective_bandwidth(device, estimate) - model.weight_bytes)
-                 / model.kv_bytes_per_token_per_gpu)
+    by_memory = spare_bytes_within(model, device, estimate, step_s) / model.kv_bytes_per_token_per_gpu
     attention = model.attention_flops_per_context_token_per_gpu
     by_compute = (math.inf if attention == 0 else
                   (step_s * effective_flops(device, estimate)
-                   - FLOPS_PER_PARAM_PER_TOKEN * model.params) / attention)
+                   - FLOPS_PER_PARAM_PER_TOKEN * model.params_per_gpu) / attention)
     return max(0.0, min(by_memory, by_compute))
 
 

@@ -1,24 +1,21 @@
 """Builds the planner's inputs from the rest of the project: the sizer's model shapes, precisions
 and GPU catalogue, and the simulator's snapshot fits on a workload.
 
-Kept apart from ``planner.py`` so that the planner's equations depend on plain numbers only (and
-its tests on hand calculations), while this module follows the other libraries' APIs.
+Kept apart from ``planner.capacity`` so that the planner's equations depend on plain numbers
+only (and their tests on hand calculations), while this module follows the other libraries' APIs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
-from planner.bandwidth import BandwidthEstimate, choose_estimate
-from planner.edge import EdgePlan, EdgeWorkload, HistoryPoint, plan_edge, step_against_history
 from hardware.gpus import GPU
-from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, KVCacheSpec, weights_bytes
-from sizing.models import ModelShape
+from kernels.bench.records import BenchReport
+from planner.bandwidth import BandwidthEstimate, choose_estimate
 from planner.capacity import (
     AllocatorFit,
     CapacityPlan,
@@ -27,6 +24,14 @@ from planner.capacity import (
     kv_budget_bytes_per_gpu,
     plan_capacity,
 )
+from planner.edge import EdgePlan, EdgeWorkload, HistoryPoint, plan_edge, step_against_history
+from simulation.memory import KvBudget
+from simulation.policies import ReservationPolicy, clip_to_context
+from simulation.snapshot import SnapshotConfig, run_snapshot
+from simulation.traces import load_trace_csv
+from simulation.workloads import LogNormal, TotalLengthSpec, Workload, preset
+from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, KVCacheSpec, weights_bytes
+from sizing.models import ModelShape
 from sizing.precisions import Precision
 
 # FLOPs per cached token per query head per layer at decode, MHA/GQA/MQA: q·k (2 × head_dim)
@@ -84,18 +89,14 @@ def gpu_spec(gpu: GPU) -> GpuSpec:
                    bf16_flops_per_s=gpu.bf16_tflops * TFLOPS)
 
 
-def allocator_fits(workload, *, budget_bytes: float, kv_bytes_per_token_per_gpu: float,
+def allocator_fits(workload: Workload, *, budget_bytes: float, kv_bytes_per_token_per_gpu: float,
                    max_context: int, block_size: int, policy: str = "max") -> TrafficFits:
     """Sequences that fit one GPU's KV budget, contiguous (``policy``) and paged, by the simulator.
 
-    ``workload`` is a ``simulation.workloads.Workload``. The budget is turned into token slots of
+    The budget is turned into token slots of
     one GPU (every GPU of a replica holds the same tokens, its share of the heads); requests are
     counted at their final length, as the reference page does.
     """
-    from simulation.memory import KvBudget
-    from simulation.policies import ReservationPolicy, clip_to_context
-    from simulation.snapshot import SnapshotConfig, run_snapshot
-
     prompt, output, clipped = clip_to_context(workload, max_context)
     totals = prompt + output
     policy_label = {
@@ -122,11 +123,9 @@ def allocator_fits(workload, *, budget_bytes: float, kv_bytes_per_token_per_gpu:
                        budget_tokens=budget_tokens, clipped=int(clipped))
 
 
-def fixed_context_workload(context: int):
+def fixed_context_workload(context: int) -> Workload:
     """One request of ``context`` tokens (``context − 1`` prompt, 1 output), reused by the
     snapshot: the CLI's "every sequence holds ``--context`` tokens"."""
-    from simulation.workloads import Workload
-
     if context < 2:
         raise ValueError(f"context must be at least 2 tokens (one prompt, one output), got {context}")
     return Workload(prompt_tokens=np.array([context - 1], dtype=np.int64),
@@ -146,7 +145,7 @@ def _attention_flops(shape: ModelShape, tp: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# One request in, one plan out: what the page and ``python -m sizing plan`` both call
+# One request in, one plan out: what the page and ``python -m planner`` both call
 # ---------------------------------------------------------------------------------------------
 
 TrafficKind = Literal["fixed", "lognormal", "preset", "trace"]
@@ -211,11 +210,8 @@ class PlanOutcome:
     traffic_label: str
 
 
-def build_workload(spec: TrafficSpec):
+def build_workload(spec: TrafficSpec) -> Workload:
     """The simulator's ``Workload`` for ``spec`` (seeded: the same spec gives the same requests)."""
-    from simulation.traces import load_trace_csv
-    from simulation.workloads import LogNormal, TotalLengthSpec, preset
-
     rng = np.random.default_rng(spec.seed)
     if spec.kind == "fixed":
         return fixed_context_workload(spec.length)
@@ -233,12 +229,12 @@ def build_workload(spec: TrafficSpec):
     raise ValueError(f"traffic kind must be fixed, lognormal, preset or trace, got {spec.kind!r}")
 
 
-def run_plan(request: PlanRequest, *, measured: Mapping[str, Any] | None = None,
+def run_plan(request: PlanRequest, *, measured: BenchReport | None = None,
              measured_gpu: GPU | None = None, results_dir: Path | None = None) -> PlanOutcome:
     """The capacity plan for ``request``: sizing → simulator fits → planner.
 
-    ``measured`` is a harness JSON (as ``bandwidth_sources.load_bench_json`` returns it) from a
-    run on ``measured_gpu`` (default: the device the JSON names, via its own datasheet figures).
+    ``measured`` is a harness report from a run on ``measured_gpu`` (default: the device the
+    report names, through the datasheet figures it states).
     """
     workload = build_workload(request.traffic)
     fits_context = int(min(np.mean(workload.total_tokens), request.max_context)) or 1

@@ -1,19 +1,13 @@
-"""Integer helpers shared by the allocators and simulations (one definition of each)."""
+"""Integer helpers shared by the allocators and simulations (one definition of each).
+
+Ceiling division is :func:`units.cdiv`, shared with the other libraries.
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-
-def cdiv(numerator: int, denominator: int) -> int:
-    """Ceiling division of non-negative integers: ``ceil(numerator / denominator)``."""
-    return -(-numerator // denominator)
-
-
-def cdiv_array(numerator: np.ndarray, denominator: int | np.ndarray) -> np.ndarray:
-    """Element-wise ceiling division of a non-negative int64 array by a positive integer (or an
-    array of them that broadcasts against it)."""
-    return -(-numerator // denominator)
+from units import cdiv
 
 
 def next_power_of_two(values: np.ndarray) -> np.ndarray:
@@ -34,4 +28,4 @@ def next_power_of_two(values: np.ndarray) -> np.ndarray:
 def paged_slots(lengths: np.ndarray, block_size: int | np.ndarray) -> np.ndarray:
     """Token slots held by sequences of ``lengths`` tokens in blocks of ``block_size``: B·⌈L/B⌉
     (``block_size`` may be an array that broadcasts against ``lengths``)."""
-    return cdiv_array(np.asarray(lengths, dtype=np.int64), block_size) * block_size
+    return cdiv(np.asarray(lengths, dtype=np.int64), block_size) * block_size

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulation.arith import cdiv
+from units import cdiv
 
 
 class OutOfBlocks(RuntimeError):
@@ -67,10 +67,14 @@ class BlockManager:
     rng : np.random.Generator, optional
         Shuffles the free list so that physical blocks are visibly scattered (as in a pool that
         has been in use); without it blocks are handed out in ascending order.
+    record_events : bool
+        Keep the :class:`BlockEvent` log (the page's demo shows it). Without it, forks and frees
+        update the reference counts array-wise, so the sharing scenarios (thousands of forks of
+        long tables) stay fast; blocks, counts and copies are the same either way.
     """
 
     def __init__(self, *, num_blocks: int, block_size: int, token_bytes: int | None = None,
-                 rng: np.random.Generator | None = None) -> None:
+                 rng: np.random.Generator | None = None, record_events: bool = True) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"need num_blocks >= 1 and block_size >= 1, got {num_blocks}, {block_size}")
         self.block_size = block_size
@@ -82,6 +86,7 @@ class BlockManager:
         self.tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}
         self.events: list[BlockEvent] = []
+        self.record_events = record_events
         self.copies = 0
 
     @property
@@ -99,9 +104,10 @@ class BlockManager:
             raise OutOfBlocks(f"no free block for sequence {sequence}, logical block {logical_block}")
         physical = self._free.pop()
         self.ref_count[physical] = 1
-        self.events.append(BlockEvent(kind="copy" if source is not None else "allocate",
-                                      sequence=sequence, logical_block=logical_block,
-                                      physical_block=physical, source=source))
+        if self.record_events:
+            self.events.append(BlockEvent(kind="copy" if source is not None else "allocate",
+                                          sequence=sequence, logical_block=logical_block,
+                                          physical_block=physical, source=source))
         return physical
 
     def _release(self, sequence: int, logical_block: int, physical: int) -> None:
@@ -126,6 +132,9 @@ class BlockManager:
             raise ValueError(f"sequence {child} exists")
         self.tables[child] = list(self.tables[parent])
         self.lengths[child] = self.lengths[parent]
+        if not self.record_events:  # a table never holds a block twice: one fancy-index add
+            self.ref_count[self.tables[child]] += 1
+            return
         for logical, physical in enumerate(self.tables[child]):
             self.ref_count[physical] += 1
             self.events.append(BlockEvent(kind="share", sequence=child, logical_block=logical,
@@ -166,9 +175,16 @@ class BlockManager:
 
     def free_sequence(self, sequence: int) -> None:
         """Drop a sequence; blocks whose last reference it held return to the free list."""
-        for logical, physical in enumerate(self.tables.pop(sequence)):
-            self._release(sequence, logical, physical)
+        table = self.tables.pop(sequence)
         del self.lengths[sequence]
+        if not self.record_events and table:
+            # Array-wise, freed blocks in table order: the free list ends as the loop leaves it.
+            blocks = np.asarray(table, dtype=np.int64)
+            self.ref_count[blocks] -= 1
+            self._free.extend(blocks[self.ref_count[blocks] == 0].tolist())
+            return
+        for logical, physical in enumerate(table):
+            self._release(sequence, logical, physical)
 
     def address(self, sequence: int, position: int) -> TokenAddress:
         """Logical block, offset, physical block and byte address of token ``position``."""

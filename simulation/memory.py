@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-GIB = 1 << 30  # bytes in a GiB: cache maths is in binary units (DESIGN.md: never mix with GB)
+from units import GiB
+
+GIB = GiB  # cache arithmetic is in binary units: a GB-for-GiB mix-up is a 7 % error
 
 
 @dataclass(frozen=True, kw_only=True)

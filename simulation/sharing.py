@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulation.arith import cdiv, cdiv_array
+from units import cdiv
 from simulation.block_table import BlockManager
 
 
@@ -59,7 +59,7 @@ def parallel_sampling(*, prompt_tokens: int, output_tokens: np.ndarray, block_si
         raise ValueError("need prompt_tokens >= 1 and at least one sample with >= 1 output token")
     without = _peak_unshared(np.full(samples, prompt_tokens), output_tokens, block_size)
     pool = _pool_for(int((prompt_tokens + output_tokens).sum()), block_size) + samples
-    manager = BlockManager(num_blocks=pool, block_size=block_size)
+    manager = BlockManager(num_blocks=pool, block_size=block_size, record_events=False)
     manager.add_sequence(0, prompt_tokens)
     for sample in range(1, samples):
         manager.fork(0, sample)
@@ -74,7 +74,7 @@ def _peak_unshared(prompt: np.ndarray, output: np.ndarray, block_size: int) -> i
     length = prompt[None, :] + np.minimum(steps, output[None, :])  # (T+1, n)
     alive = steps < output[None, :]
     alive[0] = True
-    blocks = np.where(alive | (steps == output[None, :]), cdiv_array(length, block_size), 0)
+    blocks = np.where(alive | (steps == output[None, :]), cdiv(length, block_size), 0)
     return int(blocks.sum(axis=1).max())
 
 
@@ -109,7 +109,7 @@ def beam_search(*, prompt_tokens: int, width: int, steps: int, block_size: int,
     blocks_per_beam = cdiv(prompt_tokens + steps, block_size)  # a full private copy at the last step
     without = width * blocks_per_beam
     pool = width * (blocks_per_beam + 2)
-    manager = BlockManager(num_blocks=pool, block_size=block_size)
+    manager = BlockManager(num_blocks=pool, block_size=block_size, record_events=False)
     manager.add_sequence(0, prompt_tokens)
     beams = [0]
     next_id = 1
@@ -142,8 +142,8 @@ def prefix_caching(*, system_prompt_tokens: int, user_tokens: np.ndarray, block_
     if user_tokens.size < 1 or system_prompt_tokens < 1 or user_tokens.min() < 0:
         raise ValueError("need system_prompt_tokens >= 1 and at least one request with >= 0 tokens")
     totals = system_prompt_tokens + user_tokens
-    without = int(cdiv_array(totals, block_size).sum())
-    manager = BlockManager(num_blocks=without + 1, block_size=block_size)
+    without = int(cdiv(totals, block_size).sum())
+    manager = BlockManager(num_blocks=without + 1, block_size=block_size, record_events=False)
     manager.add_sequence(0, int(totals[0]))
     for request in range(1, user_tokens.size):
         manager.share_prefix(0, request, system_prompt_tokens)

@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulation.allocators import AddressSpace, chunk_sizes, make_allocator
-from simulation.arith import cdiv, cdiv_array, paged_slots
+from simulation.arith import paged_slots
+from units import cdiv
 from simulation.memory import KvBudget, MemoryBreakdown
 from simulation.policies import ReservationPolicy, clip_to_context, reservation_tokens
 from simulation.snapshot import DEFAULT_BLOCK_SIZE
@@ -188,7 +189,7 @@ def _paged_sums(length: np.ndarray, final: np.ndarray, steps: int, block_size: i
     held otherwise, so both sums are differences of ``_slots_sum``.
     """
     end = length + steps
-    last_block_start = block_size * (cdiv_array(final, block_size) - 1)
+    last_block_start = block_size * (cdiv(final, block_size) - 1)
     # One vectorised call for the four S(·) terms (per-event overhead dominates at small batches).
     terms = _slots_sum(np.concatenate([end, length, np.minimum(end, last_block_start),
                                        np.minimum(length, last_block_start)]), block_size)
@@ -249,7 +250,7 @@ class _Simulation:
             self.total_blocks = self.budget // block
             self.free_blocks = self.total_blocks
             self.watermark_blocks = int(PAGED_WATERMARK * self.total_blocks)
-            fits = cdiv_array(self.final, block) <= self.total_blocks - self.watermark_blocks
+            fits = cdiv(self.final, block) <= self.total_blocks - self.watermark_blocks
             self.chunk = np.zeros(self.n, dtype=np.int64)
         else:
             self.allocator = make_allocator(config.address_space, self.budget)
@@ -467,7 +468,7 @@ class _Simulation:
         if not done.any():
             return
         if self.paged:
-            self.free_blocks += int(cdiv_array(self.run_len[done], self.config.block_size).sum())
+            self.free_blocks += int(cdiv(self.run_len[done], self.config.block_size).sum())
         else:
             for offset in self.run_offset[done].tolist():
                 self.allocator.release(offset)

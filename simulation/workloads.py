@@ -13,12 +13,25 @@ from typing import Protocol
 
 import numpy as np
 
+from inputs.errors import InputError
+
 # z-score of the 90th percentile of a standard normal: P90 = median · exp(Z_P90 · sigma).
 Z_P90 = 1.2815515655446004
 # Every request has at least one prompt token and one output token, so that prefill and decode
 # both exist and a total length is never zero.
 MIN_PROMPT_TOKENS = 1
 MIN_OUTPUT_TOKENS = 1
+# Most requests one workload may draw: a million requests already take a few 8-byte arrays of
+# 8 MB each (and the block-size sweep nine times that); larger draws are refused before allocating.
+MAX_REQUESTS = 1_000_000
+
+
+def check_request_count(n: int) -> int:
+    """``n`` when it is a usable number of requests to draw (1 to :data:`MAX_REQUESTS`), else
+    :class:`~inputs.errors.InputError` of field ``n``."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 1 <= n <= MAX_REQUESTS:
+        raise InputError("n", f"requests must be a whole number from 1 to {MAX_REQUESTS:,}, got {n!r}")
+    return int(n)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +190,7 @@ class TotalLengthSpec:
             raise ValueError(f"prompt_fraction must be in [0, 1], got {self.prompt_fraction}")
 
     def generate(self, n: int, rng: np.random.Generator) -> Workload:
+        check_request_count(n)
         # Totals below 2 cannot hold one prompt and one output token.
         total = np.maximum(self.lengths.sample(n, rng), MIN_PROMPT_TOKENS + MIN_OUTPUT_TOKENS)
         prompt = np.clip(np.rint(total * self.prompt_fraction).astype(np.int64),
@@ -194,6 +208,7 @@ class PromptOutputSpec:
     label: str = ""
 
     def generate(self, n: int, rng: np.random.Generator) -> Workload:
+        check_request_count(n)
         prompt = self.prompt.sample(n, rng)
         output = self.output.sample(n, rng)
         return Workload(prompt_tokens=prompt, output_tokens=output,
@@ -252,6 +267,7 @@ def poisson_arrivals(n: int, rate_per_s: float, rng: np.random.Generator) -> np.
     """
     if not (rate_per_s > 0 and math.isfinite(rate_per_s)):
         raise ValueError(f"rate must be a positive number of requests per second, got {rate_per_s}")
+    check_request_count(n)
     gaps = rng.exponential(1.0 / rate_per_s, size=n)
     gaps[0] = 0.0
     return np.cumsum(gaps)

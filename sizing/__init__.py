@@ -1,7 +1,8 @@
 """KV-cache sizer: pure Python (no streamlit), imported by the sizer page and ``python -m sizing``.
 
 API summary (all dataclasses frozen and keyword-only; bytes are ints unless noted; errors are
-:class:`~sizing.errors.SizingError` (a ``ValueError``) with ``.field`` naming the input)::
+:class:`~sizing.errors.SizingError`, an :class:`~inputs.errors.InputError` and so a ``ValueError``,
+with ``.field`` naming the input)::
 
     from sizing.report import SizingRequest, size_deployment
     report = size_deployment(SizingRequest(model="llama-3.1-70b", kv_dtype="fp8", weight_dtype="fp8",
@@ -21,12 +22,17 @@ Modules, one job each:
 * ``presets``     PRESET_IDS, presets(), get_preset(id) -> ModelPreset (.shape, .source), preset_shape(id)
 * ``hf_config``   parse_hf_config(bytes|str|dict, name=, params=) -> ModelShape; estimate_params(...) -> ParamEstimate
 * ``precisions``  PRECISION_NAMES, get_precision(name, group_size=128) -> Precision (.bytes_per_value Fraction)
-* ``gpus``        GPU_IDS, gpus(), get_gpu(id) -> GPU (.memory_bytes, memory_gb, bandwidth_tbs, bf16_tflops, source), custom_gpu(...)
 * ``kv``          KVCacheSpec(model, precision, tp, block_size); weights_bytes, usable_bytes, gpus_needed,
-                  kv_capacity, max_users, max_context, kv_budget_bytes, contiguous_fit, paged_fit, cdiv
+                  kv_capacity, max_users, max_context
 * ``plan``        plan_deployment(...) -> DeploymentPlan (power-of-two TP, replicas, nodes of 8)
-* ``units``       KiB..TiB, KB..TB, UnitSystem, format_bytes, to_unit, both ("1,000 GiB = 1,073.7 GB")
-* ``report``      SizingRequest, size_deployment -> SizingReport
+* ``request``     SizingRequest, resolve(request) -> Resolved (ids resolved, ranges checked)
+* ``fields``      Bounds of the entered inputs (CONTEXT, USERS, N_GPUS, ...), manual_shape, config_params
+* ``formula``     formula_steps -> FormulaStep; ``report_charts`` chart series and the reference table;
+                  ``report_warnings`` SizingWarning
+* ``report``      size_deployment(SizingRequest) -> SizingReport
+
+Below the sizer: ``hardware.gpus`` (GPU_IDS, get_gpu(id) -> GPU, custom_gpu(...)), whose errors
+are plain :class:`inputs.errors.InputError`, and ``units`` (byte units, formatting, cdiv).
 * ``cli``         ``python -m sizing`` (see ``--help``)
 
 Nothing here does work at import time.

@@ -1,197 +1,190 @@
 """``python -m sizing``: the sizer from the command line (JSON with ``--json``, else a table).
 
-Contract (issue 2): ``--model NAME`` | ``--config PATH`` | ``--layers N --q-heads N --kv-heads N
+Options: ``--model NAME`` | ``--config PATH`` | ``--layers N --q-heads N --kv-heads N
 --head-dim N --params N``; ``--kv-dtype``, ``--weight-dtype``, ``--context``, ``--users``,
 ``--gpu``, ``--usable``, ``--tp``, ``--block-size``, ``--kv-budget-gib``. Bad arguments exit
 with status 2 and one line naming the argument: no traceback, no usage block.
 
-The option groups are built by ``add_*_arguments`` helpers and turned into a request by
-:func:`request_from_args`, so that a later ``python -m sizing plan`` subcommand (issue 6) can
-reuse them; ``python -m sizing plan ...`` is dispatched to :mod:`planner.cli`.
+The option groups (``add_*_arguments``) and the functions that turn parsed options into library
+objects (:func:`model_from_args`, :func:`precisions_from_args`, :func:`gpu_from_args`) are public
+so that other command lines built on the sizer's inputs (the capacity planner's) parse them the
+same way. ``python -m sizing plan ...`` is forwarded by ``sizing/__main__.py`` to
+``python -m planner``, by module name, so this package never imports the planner.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
-from typing import NoReturn
 
-from sizing.errors import ConfigError, SizingError
-from hardware.gpus import DEFAULT_GPU, GPU_IDS, custom_gpu, get_gpu, gpus
+from hardware.gpus import (
+    CUSTOM_BANDWIDTH_TBS,
+    CUSTOM_MEMORY_GB,
+    DEFAULT_GPU,
+    GPU,
+    GPU_IDS,
+    custom_gpu,
+    get_gpu,
+    gpus,
+)
+from inputs.bounds import Bound
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
+from inputs.errors import InputError
+from inputs.uploads import dumps_strict, read_path_capped
+from sizing.errors import ConfigError
 from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
 from sizing.models import ModelShape
-from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES
+from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, Precision, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset, presets
 from sizing.report import SizingReport, SizingRequest, size_deployment
 from units import GiB, UnitSystem, both, format_bytes
 
 PROG = "python -m sizing"
-EXIT_USAGE = 2  # argparse's status for bad arguments
+
+# ---- ranges of the numeric options (also shown by --help) -----------------------------------
+# Far past any published model or deployment, so only typing mistakes and hostile values
+# (1e308, nan) are refused; the library's own checks (heads that divide, TP groups) still apply.
+LAYERS = Bound(field="layers", low=1, high=10_000, integer=True)
+Q_HEADS = Bound(field="q_heads", low=1, high=65_536, integer=True)
+KV_HEADS = Bound(field="kv_heads", low=1, high=65_536, integer=True)
+HEAD_DIM = Bound(field="head_dim", low=1, high=65_536, integer=True)
+PARAMS = Bound(field="params", low=1, high=10**15, integer=True, unit="parameters")
+GROUP_SIZE = Bound(field="group_size", low=0, high=1_048_576, integer=True, unit="values")
+USABLE = Bound(field="usable", low=0, low_open=True, high=1)
+TP = Bound(field="tp", low=1, high=1024, integer=True, unit="GPUs")
+N_GPUS = Bound(field="gpus", low=1, high=1_000_000, integer=True, unit="GPUs")
+GPUS_PER_NODE = Bound(field="gpus_per_node", low=1, high=1024, integer=True, unit="GPUs")
+CONTEXT = Bound(field="context", low=1, high=10_000_000, integer=True, unit="tokens")
+USERS = Bound(field="users", low=1, high=10_000_000, integer=True, unit="users")
+BLOCK_SIZE = Bound(field="block_size", low=1, high=65_536, integer=True, unit="tokens")
+KV_BUDGET_GIB = Bound(field="kv_budget_gib", low=0, high=1_000_000, unit="GiB")
 
 # Library field -> the option that sets it, so errors raised deep in the library still name
 # what the user typed.
 _OPTION_FOR_FIELD = {
-    "model": "--model", "layers": "--layers", "q_heads": "--q-heads", "kv_heads": "--kv-heads",
-    "head_dim": "--head-dim", "params": "--params", "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
+    "model": "--model", "config": "--config", "layers": "--layers", "q_heads": "--q-heads",
+    "kv_heads": "--kv-heads", "head_dim": "--head-dim", "params": "--params",
+    "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
     "kv_dtype_group_size": "--kv-group-size", "weight_dtype_group_size": "--weight-group-size",
-    "context": "--context", "users": "--users", "gpu": "--gpu", "usable_fraction": "--usable", "tp": "--tp",
-    "n_gpus": "--gpus", "block_size": "--block-size", "kv_budget_bytes": "--kv-budget-gib",
-    "gpus_per_node": "--gpus-per-node", "gpu_memory_gb": "--gpu-memory-gb",
-    "gpu_bandwidth_tbs": "--gpu-bandwidth-tbs", "gpu_bf16_tflops": "--gpu-bf16-tflops",
+    "context": "--context", "users": "--users", "gpu": "--gpu", "usable_fraction": "--usable",
+    "tp": "--tp", "n_gpus": "--gpus", "block_size": "--block-size",
+    "kv_budget_bytes": "--kv-budget-gib", "gpus_per_node": "--gpus-per-node",
+    "gpu_memory_gb": "--gpu-memory-gb", "gpu_bandwidth_tbs": "--gpu-bandwidth-tbs",
+    "gpu_bf16_tflops": "--gpu-bf16-tflops",
 }
 _MANUAL_OPTIONS = ("layers", "q_heads", "kv_heads", "head_dim", "params")
-
-
-class UsageError(Exception):
-    """A bad argument; the message is the one line printed."""
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage block) and exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(" ".join(message.split()))
-
-
-# ---- argument types (errors become "argument --x: <message>") -------------------------------
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text.replace("_", "").replace(",", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text!r}")
-    return value
-
-
-def _finite_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value = _finite_float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be above 0 and at most 1, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _finite_float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _finite_float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be ≥ 0, got {text!r}")
-    return value
-
-
 _PARAM_SUFFIXES = {"k": 10**3, "m": 10**6, "b": 10**9, "t": 10**12}
 
 
+def option_for_field(field: str) -> str:
+    """The option that sets library field ``field`` (``"kv_heads"`` → ``"--kv-heads"``)."""
+    return _OPTION_FOR_FIELD.get(field, f"--{field.replace('_', '-')}")
+
+
+# ---- argument types beyond inputs.cli's: a parameter count with a suffix, a TP degree --------
 def _param_count(text: str) -> int:
-    """``70000000000``, ``70e9``, ``70B`` or ``7.24b`` → an integer parameter count."""
+    """``70000000000``, ``70e9``, ``70B`` or ``7.24b`` → an integer parameter count in PARAMS."""
     raw = text.strip().replace("_", "").replace(",", "")
     scale = 1
     if raw and raw[-1].lower() in _PARAM_SUFFIXES:
         scale, raw = _PARAM_SUFFIXES[raw[-1].lower()], raw[:-1]
     try:
+        if len(raw) > 64:
+            raise ValueError(raw)
         value = Fraction(raw) * scale
     except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"must be a parameter count such as 70e9 or 70B, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return round(value)
+        raise argparse.ArgumentTypeError(
+            f"must be a parameter count such as 70e9 or 70B, got {text[:40]!r}") from None
+    try:
+        return PARAMS.check(round(value) if value >= 1 else 0, shown_as=text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def _choice(options: Sequence[str]):
-    def parse(text: str) -> str:
-        key = text.lower()
-        if key not in options:
-            raise argparse.ArgumentTypeError(f"unknown value {text!r}; choose one of {', '.join(options)}")
-        return key
-    parse.__name__ = "choice"
-    return parse
+def _tp_degree(text: str) -> int:
+    """A tensor-parallel degree: a power of two in TP (GPUs split a layer's heads in halves)."""
+    value = arg_type(TP)(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"must be a power of two from 1 to 1,024, got {text!r}")
+    return value
 
 
-# ---- parser --------------------------------------------------------------------------------
+def _help(text: str, bound: Bound) -> str:
+    return f"{text} ({help_range(bound)})"
+
+
+# ---- option groups ---------------------------------------------------------------------------
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """``--model`` | ``--config`` | the manual shape (whose options also override a preset)."""
     group = parser.add_argument_group("model (one of: a preset, a config.json, or a manual shape)")
     source = group.add_mutually_exclusive_group()
-    source.add_argument("--model", type=_choice(PRESET_IDS), metavar="NAME",
+    source.add_argument("--model", type=choice(PRESET_IDS), metavar="NAME",
                         help=f"preset id (default {DEFAULT_PRESET}): {', '.join(PRESET_IDS)}")
-    source.add_argument("--config", type=Path, metavar="PATH", help="a Hugging Face config.json")
-    group.add_argument("--layers", type=_positive_int, metavar="N", help="transformer layers")
-    group.add_argument("--q-heads", type=_positive_int, metavar="N", help="query (attention) heads")
-    group.add_argument("--kv-heads", type=_positive_int, metavar="N", help="KV heads (GQA groups), not query heads")
-    group.add_argument("--head-dim", type=_positive_int, metavar="N", help="values per head")
-    group.add_argument("--params", type=_param_count, metavar="N", help="parameters, e.g. 70e9 or 70B")
+    source.add_argument("--config", type=Path, metavar="PATH",
+                        help=f"a Hugging Face config.json (at most {MAX_CONFIG_BYTES:,} bytes)")
+    group.add_argument("--layers", type=arg_type(LAYERS), metavar="N", help=_help("transformer layers", LAYERS))
+    group.add_argument("--q-heads", type=arg_type(Q_HEADS), metavar="N", help=_help("query (attention) heads", Q_HEADS))
+    group.add_argument("--kv-heads", type=arg_type(KV_HEADS), metavar="N",
+                       help=_help("KV heads (GQA groups), not query heads", KV_HEADS))
+    group.add_argument("--head-dim", type=arg_type(HEAD_DIM), metavar="N", help=_help("values per head", HEAD_DIM))
+    group.add_argument("--params", type=_param_count, metavar="N",
+                       help=_help("parameters, e.g. 70e9 or 70B", PARAMS))
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--kv-dtype``, ``--weight-dtype`` and their integer formats' group sizes."""
     group = parser.add_argument_group("precision")
-    group.add_argument("--kv-dtype", type=_choice(PRECISION_NAMES), default="bf16", metavar="{" + ",".join(PRECISION_NAMES) + "}",
+    names = "{" + ",".join(PRECISION_NAMES) + "}"
+    group.add_argument("--kv-dtype", type=choice(PRECISION_NAMES), default="bf16", metavar=names,
                        help="KV-cache precision (default bf16)")
-    group.add_argument("--weight-dtype", type=_choice(PRECISION_NAMES), default="bf16", metavar="{" + ",".join(PRECISION_NAMES) + "}",
+    group.add_argument("--weight-dtype", type=choice(PRECISION_NAMES), default="bf16", metavar=names,
                        help="weight precision (default bf16)")
-    group.add_argument("--kv-group-size", type=_non_negative_int, default=DEFAULT_GROUP_SIZE, metavar="N",
-                       help=f"KV values per fp16 scale for int formats; 0: no scales (default {DEFAULT_GROUP_SIZE})")
-    group.add_argument("--weight-group-size", type=_non_negative_int, default=DEFAULT_GROUP_SIZE, metavar="N",
-                       help=f"weights per fp16 scale for int formats; 0: no scales (default {DEFAULT_GROUP_SIZE})")
+    for what, option in (("KV values", "--kv-group-size"), ("weights", "--weight-group-size")):
+        group.add_argument(option, type=arg_type(GROUP_SIZE), default=DEFAULT_GROUP_SIZE, metavar="N",
+                           help=_help(f"{what} per fp16 scale for int formats; 0: no scales "
+                                      f"(default {DEFAULT_GROUP_SIZE})", GROUP_SIZE))
 
 
 def add_hardware_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--gpu`` or a custom GPU, ``--usable``, ``--tp``, ``--gpus``, ``--gpus-per-node``."""
     group = parser.add_argument_group("hardware")
-    group.add_argument("--gpu", type=_choice(GPU_IDS), default=None, metavar="NAME",
+    group.add_argument("--gpu", type=choice(GPU_IDS), default=None, metavar="NAME",
                        help=f"GPU id (default {DEFAULT_GPU}): {', '.join(GPU_IDS)}")
-    group.add_argument("--gpu-memory-gb", type=_non_negative_float, metavar="GB",
-                       help="a custom GPU with this much memory (vendor GB) instead of --gpu")
-    group.add_argument("--gpu-bandwidth-tbs", type=_non_negative_float, default=1.0, metavar="TB/s",
-                       help="custom GPU memory bandwidth (default 1)")
-    group.add_argument("--usable", type=_fraction, default=DEFAULT_USABLE_FRACTION, metavar="FRACTION",
-                       help="share of GPU memory for weights + KV (default 0.9)")
-    group.add_argument("--tp", type=_positive_int, default=1, metavar="N", help="tensor-parallel size (default 1)")
-    group.add_argument("--gpus", type=_positive_int, metavar="N",
-                       help="GPUs deployed, for the KV budget and reverse questions (default: --tp)")
-    group.add_argument("--gpus-per-node", type=_positive_int, default=8, metavar="N", help="default 8")
+    group.add_argument("--gpu-memory-gb", type=arg_type(CUSTOM_MEMORY_GB), metavar="GB",
+                       help=_help("a custom GPU with this much memory (vendor GB) instead of --gpu",
+                                  CUSTOM_MEMORY_GB))
+    group.add_argument("--gpu-bandwidth-tbs", type=arg_type(CUSTOM_BANDWIDTH_TBS), default=1.0,
+                       metavar="TB/s", help=_help("custom GPU memory bandwidth (default 1)",
+                                                  CUSTOM_BANDWIDTH_TBS))
+    group.add_argument("--usable", type=arg_type(USABLE), default=DEFAULT_USABLE_FRACTION, metavar="FRACTION",
+                       help=_help("share of GPU memory for weights + KV (default 0.9)", USABLE))
+    group.add_argument("--tp", type=_tp_degree, default=1, metavar="N",
+                       help="tensor-parallel size, a power of two from 1 to 1,024 (default 1)")
+    group.add_argument("--gpus", type=arg_type(N_GPUS), metavar="N",
+                       help=_help("GPUs deployed, for the KV budget and reverse questions (default: --tp)",
+                                  N_GPUS))
+    group.add_argument("--gpus-per-node", type=arg_type(GPUS_PER_NODE), default=8, metavar="N",
+                       help=_help("default 8", GPUS_PER_NODE))
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--context``, ``--users``, ``--block-size``, ``--kv-budget-gib``."""
     group = parser.add_argument_group("workload and KV budget")
-    group.add_argument("--context", type=_positive_int, default=32_768, metavar="TOKENS",
-                       help="tokens per user at full context (default 32768)")
-    group.add_argument("--users", type=_positive_int, default=100, metavar="N", help="concurrent users (default 100)")
-    group.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE, metavar="N",
-                       help=f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}, as vLLM)")
-    group.add_argument("--kv-budget-gib", type=_non_negative_float, metavar="X",
-                       help="a KV budget in GiB: prints kv_capacity_tokens (whole blocks) and max_concurrency")
+    group.add_argument("--context", type=arg_type(CONTEXT), default=32_768, metavar="TOKENS",
+                       help=_help("tokens per user at full context (default 32768)", CONTEXT))
+    group.add_argument("--users", type=arg_type(USERS), default=100, metavar="N",
+                       help=_help("concurrent users (default 100)", USERS))
+    group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), default=DEFAULT_BLOCK_SIZE, metavar="N",
+                       help=_help(f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}, as vLLM)", BLOCK_SIZE))
+    group.add_argument("--kv-budget-gib", type=arg_type(KV_BUDGET_GIB), metavar="X",
+                       help=_help("a KV budget in GiB: prints kv_capacity_tokens (whole blocks) and "
+                                  "max_concurrency", KV_BUDGET_GIB))
 
 
 def _epilog() -> str:
@@ -201,7 +194,7 @@ def _epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="Size an LLM's KV cache and the GPUs it needs (reference-page count and a TP plan).",
         epilog=_epilog(),
@@ -215,16 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# ---- args -> request -----------------------------------------------------------------------
-def _model_from_args(args: argparse.Namespace) -> ModelShape:
+# ---- parsed options -> library objects -------------------------------------------------------
+def model_from_args(args: argparse.Namespace) -> ModelShape:
+    """The model the options describe: a preset, a config.json (read with a size cap) or a
+    manual shape; manual options given with a preset or config override its fields."""
     manual = {name: getattr(args, name) for name in _MANUAL_OPTIONS if getattr(args, name) is not None}
     if args.config is not None:
-        try:
-            if args.config.stat().st_size > MAX_CONFIG_BYTES:
-                raise UsageError(f"argument --config: {args.config} is over the 1 MB limit")
-            data = args.config.read_bytes()
-        except OSError as exc:
-            raise UsageError(f"argument --config: cannot read {args.config}: {exc.strerror or exc}") from None
+        data = read_path_capped(str(args.config), MAX_CONFIG_BYTES, field="config")
         try:
             base = parse_hf_config(data, name=args.config.stem if args.config.name != "config.json" else None)
         except ConfigError as exc:
@@ -245,19 +235,29 @@ def _model_from_args(args: argparse.Namespace) -> ModelShape:
     return replace(base, name=f"{base.name} (edited)", **manual)
 
 
-def request_from_args(args: argparse.Namespace) -> SizingRequest:
-    """The :class:`SizingRequest` the parsed options describe (library errors propagate)."""
+def precisions_from_args(args: argparse.Namespace) -> tuple[Precision, Precision]:
+    """The KV-cache and weight precisions (a group size of 0 means no scales)."""
+    return (get_precision(args.kv_dtype, group_size=args.kv_group_size or None, field="kv_dtype"),
+            get_precision(args.weight_dtype, group_size=args.weight_group_size or None, field="weight_dtype"))
+
+
+def gpu_from_args(args: argparse.Namespace) -> GPU:
+    """The catalogue GPU ``--gpu``, or the custom one ``--gpu-memory-gb`` describes."""
     if args.gpu_memory_gb is not None:
         if args.gpu is not None:
             raise UsageError("argument --gpu-memory-gb: not allowed with argument --gpu")
-        gpu = custom_gpu(args.gpu_memory_gb, bandwidth_tbs=args.gpu_bandwidth_tbs)
-    else:
-        gpu = get_gpu(args.gpu or DEFAULT_GPU)
+        return custom_gpu(args.gpu_memory_gb, bandwidth_tbs=args.gpu_bandwidth_tbs)
+    return get_gpu(args.gpu or DEFAULT_GPU)
+
+
+def request_from_args(args: argparse.Namespace) -> SizingRequest:
+    """The :class:`SizingRequest` the parsed options describe (library errors propagate)."""
+    gpu = gpu_from_args(args)
     budget = None
     if args.kv_budget_gib is not None:
         budget = math.floor(Fraction(repr(args.kv_budget_gib)) * GiB)
     return SizingRequest(
-        model=_model_from_args(args),
+        model=model_from_args(args),
         kv_dtype=args.kv_dtype,
         weight_dtype=args.weight_dtype,
         kv_group_size=args.kv_group_size or None,
@@ -309,30 +309,14 @@ def format_table(report: SizingReport) -> str:
     return "\n".join(lines)
 
 
-def _fail(message: str, prog: str = PROG) -> int:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    return EXIT_USAGE
-
-
-def _option_message(exc: SizingError) -> str:
-    """A library error as ``argument --option: message``, naming the option the user typed."""
-    option = _OPTION_FOR_FIELD.get(exc.field, f"--{exc.field.replace('_', '-')}")
-    return f"argument {option}: {exc.message}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0, or 2 for a bad argument)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
+
+    def body() -> int:
+        args = build_parser().parse_args(argv)
         report = size_deployment(request_from_args(args))
-    except UsageError as exc:
-        return _fail(str(exc))
-    except SizingError as exc:
-        return _fail(_option_message(exc))
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
-    else:
-        print(format_table(report))
-    return 0
+        print(dumps_strict(report.to_dict(), indent=2) if args.json else format_table(report))
+        return 0
+
+    return run_cli(PROG, body, option_for_field=option_for_field)

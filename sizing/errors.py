@@ -1,19 +1,18 @@
 """Errors raised by the sizing library.
 
-Every error is a :class:`ValueError` subclass that names the offending field, so a page can show
-the message next to the widget and a CLI can map it to the option that was wrong.
+Every error is an :class:`inputs.errors.InputError` (a :class:`ValueError`) that names the
+offending field, so a page can show the message next to the widget and a CLI can map it to the
+option that was wrong. Errors from the layers below (the GPU catalogue) are plain
+:class:`~inputs.errors.InputError` s; catch that to handle both.
 """
 
 from __future__ import annotations
 
+from inputs.errors import InputError
 
-class SizingError(ValueError):
+
+class SizingError(InputError):
     """An input the sizer cannot use. ``field`` names it (``"kv_heads"``, ``"context"``, ...)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
 
 
 class ConfigError(SizingError):

@@ -282,6 +282,17 @@ def _estimate(cfg: Mapping[str, Any], dims: _Dims) -> ParamEstimate:
     )
 
 
+def _architecture(cfg: Mapping[str, Any]) -> Any:
+    """The first class name in ``architectures`` (None when absent or empty); anything but a
+    list there is refused, since Hugging Face always writes a list of class names."""
+    architectures = cfg.get("architectures")
+    if architectures is None:
+        return None
+    if not isinstance(architectures, list):
+        raise ConfigError("architectures", f"must be a list of class names, got {type(architectures).__name__}")
+    return architectures[0] if architectures else None
+
+
 def estimate_params(data: bytes | str | Mapping[str, Any]) -> ParamEstimate:
     """Parameter count of the model described by a config (see the module docstring)."""
     cfg = load_config(data)
@@ -301,7 +312,7 @@ def parse_hf_config(
     window, sliding_layers = _sliding(cfg, dims)
     estimate = _estimate(cfg, dims)
     if name is None:
-        name = cfg.get("_name_or_path") or (cfg.get("architectures") or [None])[0] or dims.model_type or "config.json"
+        name = cfg.get("_name_or_path") or _architecture(cfg) or dims.model_type or "config.json"
         if not isinstance(name, str):
             name = "config.json"
     try:

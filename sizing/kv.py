@@ -3,7 +3,7 @@ the reference page's GPU count; KV capacity of a budget in whole blocks.
 
 Byte counts are exact :class:`~fractions.Fraction` s inside (quantisation scales make bytes per
 value fractional) and are rounded up to whole bytes only where a result is reported. The
-single rounding helper for counts is :func:`cdiv`.
+single rounding helper for counts is :func:`units.cdiv`.
 
 per-token bytes = 2 × layers × KV heads × head dim × bytes per value   (MLA: layers × latent × bytes)
 """
@@ -15,18 +15,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
-from sizing.errors import SizingError
 from hardware.gpus import GPU
+from sizing.errors import SizingError
 from sizing.models import ModelShape, check_int
 from sizing.precisions import Precision
+from units import cdiv
 
 DEFAULT_USABLE_FRACTION = 0.9  # the reference page's planning assumption: 90 % of HBM for weights + KV
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default tokens per KV block
-
-
-def cdiv(a: int | Fraction, b: int | Fraction) -> int:
-    """Ceiling division, exact for ints and fractions."""
-    return math.ceil(Fraction(a) / Fraction(b))
 
 
 def exact(value: float | int | Fraction, field: str = "value") -> Fraction:
@@ -193,40 +189,3 @@ def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, lim
         else:
             high = mid
     return low
-
-
-def kv_budget_bytes(gpu: GPU, n_gpus: int, weights: int, usable_fraction: float | Fraction = DEFAULT_USABLE_FRACTION) -> Fraction:
-    """KV budget of ``n_gpus`` GPUs holding one copy of the weights: n × usable − weights
-    (8 × 72 GB − 70 GB = 506 GB). May be negative when the weights do not fit."""
-    check_int("n_gpus", n_gpus, high=1 << 20)
-    return n_gpus * usable_bytes(gpu, usable_fraction) - weights
-
-
-@dataclass(frozen=True, kw_only=True)
-class FitEstimate:
-    """Requests that fit a KV budget under one allocation scheme (analytic, expected values)."""
-
-    bytes_per_request: Fraction
-    requests: int
-    utilisation: float  # share of allocated KV memory that holds real tokens
-
-
-def contiguous_fit(spec: KVCacheSpec, budget_bytes: int | Fraction, max_context: int, mean_tokens: int) -> FitEstimate:
-    """Contiguous allocation reserves ``max_context`` tokens per request."""
-    per_request = spec.sequence_bytes_all_gpus(max_context)
-    return FitEstimate(
-        bytes_per_request=per_request,
-        requests=max(0, math.floor(Fraction(budget_bytes) / per_request)),
-        utilisation=min(mean_tokens, max_context) / max_context,
-    )
-
-
-def paged_fit(spec: KVCacheSpec, budget_bytes: int | Fraction, mean_tokens: int) -> FitEstimate:
-    """Paged allocation: each request wastes about half a block on average (B/2 tokens)."""
-    tokens = Fraction(mean_tokens) + Fraction(spec.block_size, 2)
-    per_request = tokens * spec.bytes_per_token_all_gpus
-    return FitEstimate(
-        bytes_per_request=per_request,
-        requests=max(0, math.floor(Fraction(budget_bytes) / per_request)),
-        utilisation=float(mean_tokens / tokens),
-    )

@@ -40,6 +40,11 @@ class ModelPreset:
     def shape(self) -> ModelShape:
         return _shape(self.id)
 
+    @property
+    def params_billions(self) -> float:
+        """The published parameter count in billions, as model cards quote it."""
+        return self.params / 1e9
+
 
 def _llama(hidden: int, intermediate: int, heads: int, layers: int, kv: int, vocab: int, max_pos: int) -> dict[str, Any]:
     return {

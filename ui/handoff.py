@@ -11,15 +11,15 @@ import streamlit as st
 
 from sizing.report import Handoff
 
-_SESSION_KEY = "handoff.sizer"
+SESSION_KEY = "handoff.sizer"  # public so tests can hand a page a Handoff directly
 
 
 def publish(handoff: Handoff) -> None:
     """Make ``handoff`` the sizer's latest result for this session."""
-    st.session_state[_SESSION_KEY] = handoff
+    st.session_state[SESSION_KEY] = handoff
 
 
 def latest() -> Handoff | None:
     """The sizer's latest result in this session, or ``None`` if the sizer has not run."""
-    handoff = st.session_state.get(_SESSION_KEY)
+    handoff = st.session_state.get(SESSION_KEY)
     return handoff if isinstance(handoff, Handoff) else None

@@ -1,6 +1,6 @@
 """Tables and plotly figures of benchmark records for the live kernel page (no streamlit here).
 
-Everything takes the harness's records (``kernels.bench.records``), so a run made in this
+Everything takes the benchmark's records (``kernels.bench.records``), so a run made in this
 session, the H200 results shipped in the repository and an uploaded JSON are drawn by the same
 code. Rates are decimal (TB/s, TFLOP/s); memory in GiB (2^30); times in ms or µs as labelled.
 """
@@ -12,17 +12,18 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kernels.bench.records import (
-    BenchReport, Ceilings, DecodeResult, DecodeShape, PrefillResult, decode_flops, tflops,
-)
+from kernels.bench.live import InterpreterCheck
+from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, PrefillResult
 from kernels.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
-    Hardware, attainable_tflops, decode_contender_bytes, decode_model, prefill_contender_bytes, prefill_model,
+    Hardware, attainable_tflops, decode_contender_bytes, decode_flops, decode_model, prefill_contender_bytes,
+    prefill_model, tflops,
 )
 
 __all__ = ["CONTENDER_NAMES", "measurement_table", "roofline_rows", "roofline_figure", "decode_sweep_rows",
            "prefill_sweep_rows", "sweep_figure", "memory_rows", "memory_figure", "theory_rows",
-           "softmax_step_figure", "hardware_from_ceilings", "DTYPE_BYTES"]
+           "softmax_step_figure", "hardware_from_ceilings", "DTYPE_BYTES", "target_rows", "interpreter_rows",
+           "shape_labels"]
 
 CONTENDER_NAMES = {
     "triton_paged": "Triton paged decode",
@@ -62,6 +63,23 @@ def measurement_table(result: DecodeResult | PrefillResult) -> pd.DataFrame:
             "note": m.note,
         })
     return pd.DataFrame(rows)
+
+
+def target_rows(report: BenchReport) -> list[dict]:
+    """The report's targets as table rows."""
+    return [{"target": t.name, "measured": t.measured, "required": t.required, "met": t.met, "detail": t.detail}
+            for t in report.targets]
+
+
+def interpreter_rows(checks: tuple[InterpreterCheck, ...]) -> list[dict]:
+    """The interpreter check's records as table rows."""
+    return [{"kernel": c.kernel, "dtype": c.dtype, "shape": c.shape, "max abs error": c.max_abs_err,
+             "tolerance": c.tolerance, "ok": c.ok, "seconds": round(c.seconds, 2)} for c in checks]
+
+
+def shape_labels(records: tuple[DecodeResult, ...] | tuple[PrefillResult, ...]) -> list[str]:
+    """One label per record of a report section, for the shape picker."""
+    return [f"{r.shape.label} {getattr(r.shape, 'dtype', '')}" for r in records]
 
 
 def hardware_from_ceilings(ceilings: Ceilings, *, measured: bool) -> Hardware | None:

@@ -3,7 +3,7 @@
 Streamlit decides per process whether an app is a legacy "pages/ directory" app: until a script
 calls ``st.navigation`` it assumes so, and a first request for ``/sizer`` then runs
 ``pages/1_sizer.py`` on its own (no page config, every module in pages/ listed as a page).
-The layout (DESIGN.md) fixes ``pages/`` as the pages' home, so each page calls
+The pages stay in ``pages/`` (so each one is also a runnable script), so each page calls
 :func:`run_through_router` first: it clears that flag and reruns, so app.py's router runs.
 """
 

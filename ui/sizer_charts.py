@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from sizing.report import CurveSeries, MemoryChart
+from sizing.report_charts import CurveSeries, MemoryChart
 from units import to_unit
 
 # The reference page's colours: grey weights, blue KV, red total memory, dashed usable share.

@@ -21,7 +21,7 @@ never raises in a page. Only values that differ from the default are written, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,10 @@ class FlagField:
 
 Field = NumberField | ChoiceField | FlagField
 
+# Every page's declared fields, by page name: lets the tests fuzz each page's URL parameters
+# within and beyond their bounds without a second list of them.
+DECLARED: dict[str, tuple[Field, ...]] = {}
+
 
 class PageState:
     """The URL-backed controls of one page; session keys are ``"<page>.<key>"``."""
@@ -97,6 +101,7 @@ class PageState:
         self.page = page
         self.fields = tuple(fields)
         self.notices: list[str] = []
+        DECLARED[page] = self.fields
 
     def key(self, name: str) -> str:
         """The ``st.session_state`` key of field ``name`` (pass it as the widget's ``key=``)."""
@@ -110,8 +115,9 @@ class PageState:
         """Give each field a session value once per session: the URL's when it is valid, else
         ``carried[name]`` (a value handed over by another page), else the default.
 
-        Invalid URL values are collected in :attr:`notices`, never raised. A session value a
-        page later finds invalid (e.g. after the options changed) is reset to the default.
+        Invalid URL values are collected in :attr:`notices`, never raised. A value the user
+        typed is kept even when out of range, so the page can name the error beside it; only a
+        choice that is no longer among the options is reset.
         """
         carried = carried or {}
         for field in self.fields:
@@ -123,7 +129,7 @@ class PageState:
                     from_url = field.parse(raw)
                 except InputError as exc:
                     self.notices.append(f"Link parameter `{field.url_name}` ignored: {exc.message}.")
-            if session_key in st.session_state and _still_valid(field, st.session_state[session_key]):
+            if session_key in st.session_state and _kept(field, st.session_state[session_key]):
                 continue
             if from_url is not None:
                 st.session_state[session_key] = from_url
@@ -143,6 +149,11 @@ class PageState:
                 st.query_params[field.url_name] = text  # written only on change: each write updates the URL
 
 
+def _kept(field: Field, value: Any) -> bool:
+    """Whether a session value survives a rerun: everything but a choice no longer offered."""
+    return not isinstance(field, ChoiceField) or value in field.options
+
+
 def _still_valid(field: Field, value: Any) -> bool:
     if isinstance(field, ChoiceField):
         return value in field.options
@@ -154,59 +165,3 @@ def _still_valid(field: Field, value: Any) -> bool:
         return False
     return True
 
-
-# ---- the previous reader, until every page declares its fields (removed once pages migrate)
-class UrlState:
-    """Reads defaults from and writes values to ``st.query_params``."""
-
-    def __init__(self) -> None:
-        self._defaults: dict[str, Any] = {}
-
-    def get(self, name: str, default: Any, cast: Callable[[str], Any] = str,
-            choices: tuple | list | None = None) -> Any:
-        """The URL's value for ``name`` cast by ``cast``; ``default`` when absent or unusable.
-
-        A malformed value (``?users=abc``) or one outside ``choices`` falls back to the default
-        rather than crashing the page: links are user input too.
-        """
-        self._defaults[name] = default
-        raw = st.query_params.get(name)
-        if raw is None:
-            return default
-        try:
-            value = _cast(raw, cast)
-        except (TypeError, ValueError):
-            return default
-        if choices is not None and value not in choices:
-            return default
-        return value
-
-    def write(self, values: dict[str, Any]) -> None:
-        """Mirror ``values`` into the URL, dropping those equal to their defaults."""
-        for name, value in values.items():
-            if value == self._defaults.get(name, object()):
-                if name in st.query_params:
-                    del st.query_params[name]
-            elif st.query_params.get(name) != (text := _format(value)):
-                st.query_params[name] = text  # written only on change: each write updates the URL
-
-
-def _cast(raw: str, cast: Callable[[str], Any]) -> Any:
-    if cast is bool:
-        if raw not in ("0", "1"):
-            raise ValueError(raw)
-        return raw == "1"
-    if cast is int:  # "40" and "40.0" are both 40; "2.5" is not a count
-        number = float(raw)
-        if not number.is_integer():
-            raise ValueError(raw)
-        return int(number)
-    return cast(raw)
-
-
-def _format(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)

@@ -1,1 +1,3 @@
-"""Benchmark harness: contenders, sweeps, JSON records and the shipped results. CLI: ``python -m kernels.bench``."""
+"""Benchmark: contenders (``contenders``), timing and provenance (``timing``), sweeps (``sweeps``),
+JSON records (``records``), the live page's runs (``live``) and the shipped results (``shipped``).
+CLI: ``python -m kernels.bench`` (``cli``)."""

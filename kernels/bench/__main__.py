@@ -1,9 +1,9 @@
-"""``python -m kernels.bench``: see :mod:`kernels.bench.harness`."""
+"""``python -m kernels.bench``: see :mod:`kernels.bench.cli`."""
 
 import contextlib
 import sys
 
-from kernels.bench.harness import main
+from kernels.bench.cli import main
 
 if __name__ == "__main__":
     with contextlib.suppress(KeyboardInterrupt):

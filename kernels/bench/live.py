@@ -3,16 +3,16 @@
 * :class:`RunPlan` is what the page's widgets describe: the kernel (paged decode or tiled
   prefill), the shape, the dtype (FP8 KV for decode adds the FP8 contender), and which sweeps
   to add (decode: context and batch; prefill: N; naive-vs-tiled memory as N grows).
-* :func:`run_plan_on_gpu` runs a plan through the harness's own functions
-  (``kernels.bench.bench_decode_shape`` and friends) and returns a ``BenchReport`` in the
-  harness's format, so the page, the CLI and the shipped JSON share one record type.
+* :func:`run_plan_on_gpu` runs a plan through the sweep functions the CLI uses
+  (``kernels.bench.sweeps.bench_decode_shape`` and friends) and returns a ``BenchReport``,
+  so the page, the CLI and the shipped JSON share one record type.
   The progress callback is called before every step and may raise to cancel.
 * :func:`merge_reports` joins a session's runs into one report (for the download).
 * :func:`interpreter_check` runs both kernels under the Triton interpreter at toy sizes and
   compares them with the float32 references (what the page shows without a GPU).
 
-Kernel modules are imported inside the functions, after ``ensure_triton_backend()``, because
-Triton reads ``TRITON_INTERPRET`` when a kernel is decorated.
+``ensure_triton_backend()`` runs before any kernel module is imported (here and in the modules
+themselves), because Triton reads ``TRITON_INTERPRET`` when a kernel is decorated.
 """
 
 from __future__ import annotations
@@ -21,16 +21,29 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kernels.bench.records import (
+from kernels.runtime import ensure_triton_backend
+
+ensure_triton_backend()  # before the kernel modules: the interpreter is chosen at decoration
+
+import torch  # noqa: E402
+
+from kernels.bench import sweeps as bench  # noqa: E402
+from kernels.bench.records import (  # noqa: E402
     SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, MemoryPoint, PrefillResult,
     PrefillShape, Provenance, compute_targets,
 )
+from kernels.flash_forward import flash_attention_forward  # noqa: E402
+from kernels.paged_cache import build_paged_cache, quantize_fp8  # noqa: E402
+from kernels.paged_decode import paged_decode_attention  # noqa: E402
+from kernels.paged_reference import paged_attention_reference  # noqa: E402
+from kernels.reference import naive_attention  # noqa: E402
+from kernels.tolerances import tolerance  # noqa: E402
 
-__all__ = ["Backend", "default_backend", "RunPlan", "Step", "plan_steps", "run_plan_on_gpu", "merge_reports", "InterpreterCheck",
+__all__ = ["Backend", "default_backend", "KernelRequest", "RunPlan", "Step", "plan_steps", "run_plan_on_gpu", "merge_reports", "InterpreterCheck",
            "interpreter_check", "DECODE_SWEEP_CONTEXTS", "DECODE_SWEEP_BATCHES", "PREFILL_SWEEP_NS",
            "MEMORY_NS", "SWEEP_DECODE_CONTENDERS", "SWEEP_PREFILL_CONTENDERS", "INTERPRETER_TOLERANCE"]
 
-# The issue's sweep axes (decode: context at the chosen batch, batch at the chosen context).
+# The live page's sweep axes (decode: context at the chosen batch, batch at the chosen context).
 DECODE_SWEEP_CONTEXTS = (1024, 4096, 16384, 32768)
 DECODE_SWEEP_BATCHES = (1, 8, 32, 128)
 PREFILL_SWEEP_NS = (1024, 2048, 4096, 8192)
@@ -70,6 +83,49 @@ class RunPlan:
     @property
     def label(self) -> str:
         return f"{self.kernel} {self.shape.label}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelRequest:
+    """What the page's sidebar asks for, before it is checked: one kernel, one shape, the extras.
+
+    ``dtype`` "fp8" (decode only) means an FP8 (e4m3) KV cache with a bf16 query.
+    """
+
+    kernel: str  # "decode" | "prefill"
+    dtype: str  # "bf16" | "fp16" | "fp8"
+    batch: int
+    length: int  # context (decode) or N (prefill), tokens
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    block_size: int = 16  # decode only
+    causal: bool = True  # prefill only
+    sweep: bool = False
+    memory: bool = False  # add the naive-vs-tiled memory series (MEMORY_NS)
+
+    @property
+    def problem(self) -> str | None:
+        """Why no plan can be made from this request, or None."""
+        if self.n_q_heads % self.n_kv_heads:
+            return f"{self.n_q_heads} query heads cannot share {self.n_kv_heads} KV heads evenly."
+        return None
+
+    def plan(self) -> RunPlan | None:
+        """The run this request describes; None when :attr:`problem` says it cannot be made."""
+        if self.problem:
+            return None
+        base = "bf16" if self.dtype == "fp8" else self.dtype
+        memory_ns = MEMORY_NS if self.memory else ()
+        if self.kernel == "decode":
+            shape = DecodeShape(batch=self.batch, context=self.length, n_q_heads=self.n_q_heads,
+                                n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, block_size=self.block_size,
+                                dtype=base)
+            return RunPlan(kernel="decode", fp8=self.dtype == "fp8", sweep=self.sweep, memory_ns=memory_ns,
+                           decode=shape)
+        shape = PrefillShape(batch=self.batch, seq_len=self.length, n_q_heads=self.n_q_heads,
+                             n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, causal=self.causal, dtype=base)
+        return RunPlan(kernel="prefill", sweep=self.sweep, memory_ns=memory_ns, prefill=shape)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,17 +175,12 @@ def plan_steps(plan: RunPlan) -> tuple[Step, ...]:
 
 def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
                     ceilings: Ceilings | None = None) -> BenchReport:
-    """Run a plan with the harness's functions; ``progress`` gets ``bench.ProgressEvent``s.
+    """Run a plan with the sweep functions; ``progress`` gets ``bench.ProgressEvent``s.
 
     ``ceilings`` measured earlier in this process may be passed to skip re-measuring them.
-    OOM of one contender is recorded by the harness ("oom") and the run goes on; the naive
+    OOM of one contender is recorded as status "oom" and the run goes on; the naive
     memory series stops (status "skipped") after its first OOM.
     """
-    from kernels.runtime import ensure_triton_backend
-
-    ensure_triton_backend()
-    from kernels.bench import harness as bench
-
     steps = plan_steps(plan)
     total = len(steps) + 1
     progress(bench.ProgressEvent(done=0, total=total, message="ceilings: copy bandwidth and bf16 matmul"))
@@ -151,8 +202,7 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
             shape = plan.shape
             heads = shape.n_q_heads
             if step.contender == "naive" and naive_oom:
-                memory.append(MemoryPoint(seq_len=step.seq_len, batch=1, n_heads=heads, head_dim=shape.head_dim,
-                                          contender="naive", status="skipped", note="out of memory at a smaller N"))
+                memory.append(bench.naive_memory_skipped(step.seq_len, n_heads=heads, head_dim=shape.head_dim))
                 continue
             point = bench.bench_memory_point(step.seq_len, step.contender, n_heads=heads,
                                              head_dim=min(shape.head_dim, 128), dtype=shape.dtype)
@@ -194,12 +244,8 @@ class Backend:
 
 
 def default_backend() -> Backend:
-    """The attached GPU through the harness, or a CPU backend that refuses to time anything."""
-    from kernels.runtime import ensure_triton_backend
-
+    """The attached GPU through the sweep functions, or a CPU backend that refuses to time anything."""
     if ensure_triton_backend():
-        import torch
-
         return Backend(gpu=True, device=torch.cuda.get_device_name(0), run=run_plan_on_gpu)
 
     def refuse(plan: RunPlan, progress: Callable[[object], None]) -> BenchReport:
@@ -212,11 +258,11 @@ def default_backend() -> Backend:
 # Interpreter check (no GPU)
 # ----------------------------------------------------------------------------------------------
 
-# Max abs error allowed against the float32 reference, by what the output is rounded to.
-# fp16 keeps 11 significant bits (≈ 5e-4 relative on outputs of size ~1); bf16 8 bits (≈ 4e-3),
-# and the interpreter's fp32 → bf16 cast rounds differently from the GPU; FP8 is compared with
-# the reference on the dequantised cache, so only the output rounding remains.
-INTERPRETER_TOLERANCE = {"fp16": 4e-3, "bf16": 3e-2, "fp8 KV (fp16 q)": 4e-3}
+# Max abs error allowed against the float32 reference, by kernel and what the output is rounded
+# to: the project's one tolerance table (``kernels.tolerances``), where the reasons are.
+INTERPRETER_TOLERANCE = {
+    ("paged decode", dtype): tolerance("paged_decode", dtype).atol for dtype in ("fp16", "bf16", "fp8 KV (fp16 q)")
+} | {("tiled forward", dtype): tolerance("flash_forward", dtype).atol for dtype in ("fp16", "bf16")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -236,7 +282,7 @@ class InterpreterCheck:
 def _compare(kernel: str, shape: str, dtype: str, got, ref, started: float) -> InterpreterCheck:
     """One check's record: max abs error of ``got`` against the float32 ``ref``, time since ``started``."""
     return InterpreterCheck(kernel=kernel, shape=shape, dtype=dtype, max_abs_err=float((got.float() - ref).abs().max()),
-                            tolerance=INTERPRETER_TOLERANCE[dtype], seconds=time.perf_counter() - started)
+                            tolerance=INTERPRETER_TOLERANCE[(kernel, dtype)], seconds=time.perf_counter() - started)
 
 
 def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
@@ -247,17 +293,6 @@ def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
     Prefill: one sequence of 100 tokens (a masked tail), 4 query heads on 2 KV heads, causal.
     A second or two in all on two CPU cores.
     """
-    from kernels.runtime import ensure_triton_backend
-
-    ensure_triton_backend()
-    import torch
-
-    from kernels.flash_forward import flash_attention_forward
-    from kernels.paged_cache import build_paged_cache, quantize_fp8
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_reference import paged_attention_reference
-    from kernels.reference import naive_attention
-
     gen = torch.Generator().manual_seed(seed)
     out: list[InterpreterCheck] = []
     lens, bs, hq, hkv, d = [5, 37], 16, 8, 2, 64

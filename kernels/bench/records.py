@@ -1,8 +1,9 @@
 """Typed records of a benchmark run: shapes, measurements, ceilings, targets; JSON in and out.
 
 Everything that crosses a layer (harness -> CLI, harness -> app page, JSON file -> page) is one
-of the frozen dataclasses below, never an untyped dict. The formulas behind every rate live
-here, next to the records they fill, so a figure in a table can be recomputed by hand:
+of the frozen dataclasses below, never an untyped dict. The formulas behind every rate live in
+:mod:`kernels.theory` (the traffic model's home) and are what fills these records, so a figure in
+a table can be recomputed by hand:
 
 * decode KV bytes  = 2 (K and V) x batch x context x n_kv_heads x head_dim x bytes per value
 * decode FLOPs     = 4 x batch x n_q_heads x context x head_dim  (q.k and p.v, 2 FLOPs per MAC)
@@ -10,8 +11,9 @@ here, next to the records they fill, so a figure in a table can be recomputed by
 * TB/s = bytes / seconds / 1e12;  TFLOP/s = FLOPs / seconds / 1e12 (decimal units, as datasheets)
 * copy bandwidth counts bytes read plus bytes written (2 x the buffer size per copy)
 
-``load_bench_json`` accepts bytes, str text, or a path, checks the schema name and version and
-every field's type, and raises ValueError with the offending field's path for anything else.
+``parse_bench_json`` accepts bytes or str content (``read_bench_file`` a path), checks the schema
+name and version and every field's type, and raises :class:`BenchJsonError` (a ValueError) with
+the offending field's path for anything else.
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
+from hardware.gpus import get_gpu
 from inputs.errors import InputError, shown
+# The formulas behind every rate live with the traffic model; imported here because the records
+# are filled with them (and re-exported for callers that read both).
+from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flops, tbps, tflops
 from inputs.uploads import loads_json, read_path_capped, upload_bytes
 
 __all__ = [
@@ -40,9 +46,10 @@ __all__ = [
 
 SCHEMA = "kv-cache-explorer.kernels.bench"
 SCHEMA_VERSION = 1
-# NVIDIA H200 SXM datasheet: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16 (1979 is with sparsity).
-DATASHEET_TBPS = 4.8
-DATASHEET_TFLOPS = 989.0
+# The datasheet ceilings a report is compared with: the H200 SXM's, from the GPU catalogue
+# (HBM3e bandwidth, dense bf16 tensor rate without sparsity).
+DATASHEET_TBPS = get_gpu("h200").bandwidth_tbs
+DATASHEET_TFLOPS = float(get_gpu("h200").bf16_tflops)
 # "Large" decode shapes for the targets: batch x context >= 256K tokens (KV >= 1 GiB at 8 KV heads).
 LARGE_DECODE_TOKENS = 256 * 1024
 # A full harness run is ~60 KB of JSON; anything past this is not one (and would stall a page).
@@ -59,42 +66,6 @@ DECODE_CONTENDERS = (
 )
 PREFILL_CONTENDERS = ("triton_flash", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
 MEMORY_CONTENDERS = ("naive", "triton_flash")
-
-
-# ----------------------------------------------------------------------------------------------
-# Formulas
-# ----------------------------------------------------------------------------------------------
-
-
-def decode_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int, bytes_per_value: int) -> int:
-    """Bytes of K and V a decode step must read (each cached value once)."""
-    return 2 * batch * context * n_kv_heads * head_dim * bytes_per_value
-
-
-def decode_flops(batch: int, context: int, n_q_heads: int, head_dim: int) -> int:
-    """FLOPs of one decode step: q.k and p.v, a multiply-add each, per query head and token."""
-    return 4 * batch * n_q_heads * context * head_dim
-
-
-def prefill_flops(batch: int, seq_len: int, n_q_heads: int, head_dim: int, causal: bool) -> int:
-    """FLOPs of attention forward over N x N scores; causal computes half of them."""
-    full = 4 * batch * n_q_heads * seq_len * seq_len * head_dim
-    return full // 2 if causal else full
-
-
-def tbps(nbytes: float, ms: float) -> float:
-    """Terabytes (1e12) per second."""
-    return nbytes / (ms * 1e-3) / 1e12
-
-
-def tflops(flops: float, ms: float) -> float:
-    """Tera-FLOPs (1e12) per second."""
-    return flops / (ms * 1e-3) / 1e12
-
-
-def copy_tbps(buffer_bytes: int, ms: float) -> float:
-    """Device-to-device copy bandwidth, counting the bytes read and the bytes written."""
-    return tbps(2 * buffer_bytes, ms)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,7 +275,7 @@ def _speedup(result: DecodeResult | PrefillResult, baseline: str, ours: str) -> 
 
 
 def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResult, ...]) -> tuple[Target, ...]:
-    """The issue's targets from the records of one run (worst shape in each range)."""
+    """The benchmark's targets from the records of one run (worst shape in each range)."""
     specs = {s.name: s for s in TARGET_SPECS}
     large = [r for r in decode if r.shape.tokens >= LARGE_DECODE_TOKENS]
     no_large = "no decode shape with batch x context >= 256K in this run"

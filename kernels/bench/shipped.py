@@ -1,6 +1,6 @@
 """The benchmark results shipped in the repository (``benchmarks/results/*.json``), newest first.
 
-Every file goes through ``kernels.bench.records.load_bench_json`` (schema, version and types
+Every file goes through ``kernels.bench.records.read_bench_file`` (schema, version and types
 checked); a file that fails is listed with its reason instead of being shown. "Newest" is the
 run date recorded in the file's provenance (file modification times are those of the checkout,
 not of the run); the file name breaks ties.
@@ -15,7 +15,7 @@ from kernels.bench.records import BenchReport, read_bench_file
 
 __all__ = ["RESULTS_DIR", "ShippedResult", "ShippedResults", "find_shipped_results", "provenance_lines"]
 
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,11 +17,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernels.bench.harness import fp8_per_head_pool
-from kernels.bench.records import decode_kv_bytes, tbps
-from kernels.paged_cache import build_paged_cache, quantize_fp8
-from kernels.paged_decode import DecodeConfig, default_config, default_num_splits, paged_decode_attention
+from kernels.paged_cache import build_paged_cache, quantize_fp8, quantize_kv_fp8
+from kernels.paged_decode import (
+    DecodeConfig, default_config, default_num_splits, merge_splits, paged_decode_attention,
+)
 from kernels.paged_reference import gather_kv_padded, paged_attention_reference
+from kernels.theory import decode_kv_bytes, tbps
+from kernels.tolerances import tolerance
 
 # (lens, block, hq, hkv, d, dtype, fp8, splits)
 CASES = [
@@ -35,7 +37,6 @@ CASES = [
     ([4096, 999], 16, 32, 8, 128, "bf16", "tensor", 5),
     ([3000], 64, 16, 4, 256, "fp16", "head", None),
 ]
-TOL = {"bf16": 2e-2, "fp16": 4e-3, "fp8": 3e-2}
 
 
 def correctness() -> list[dict]:
@@ -53,7 +54,7 @@ def correctness() -> list[dict]:
         ref = paged_attention_reference(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens,
                                         k_scale=c.k_scale, v_scale=c.v_scale)
         err = float((out.float() - ref).abs().max())
-        tol = TOL["fp8" if fp8 else dt]
+        tol = tolerance("paged_decode", "fp8" if fp8 else dt).atol
         ok = bool(torch.isfinite(out).all()) and err <= tol
         rows.append(dict(lens=lens, block=bs, heads=f"{hq}/{hkv}", d=d, dtype=dt, fp8=fp8, splits=splits,
                          err=err, tol=tol, ok=ok))
@@ -112,11 +113,8 @@ def tune() -> list[dict]:
                 if best is None or ms < best["ms"]:
                     best = r
         # fp8 on the same shape, a few configs
-        ks = (k.abs().amax(dim=(0, 2, 3)).float() / 448)
-        vs = (v.abs().amax(dim=(0, 2, 3)).float() / 448)
-        k8 = (k.float() / ks.view(1, -1, 1, 1)).to(torch.float8_e4m3fn) if kvb < 20e9 else None
-        if k8 is not None:
-            v8 = (v.float() / vs.view(1, -1, 1, 1)).to(torch.float8_e4m3fn)
+        if kvb < 20e9:
+            k8, v8, ks, vs = quantize_kv_fp8(k, v)
             for cfg in (DecodeConfig(block_n=64, num_warps=4, num_stages=3),
                         DecodeConfig(block_n=128, num_warps=4, num_stages=3),
                         DecodeConfig(block_n=128, num_warps=8, num_stages=3),
@@ -156,9 +154,6 @@ def tune2() -> list[dict]:
     """Round 2: small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from kernels.paged_decode import _merge_splits_kernel
-    import triton
-
     rows = []
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for b, L, hq, hkv in [(1, 32768, 32, 8), (1, 32768, 64, 8), (1, 131072, 32, 8), (8, 32768, 32, 8)]:
@@ -189,9 +184,7 @@ def tune2() -> list[dict]:
         po = torch.randn(b, hq, sp, 128, device="cuda")
         pl = torch.randn(b, hq, sp, device="cuda")
         o = torch.empty(b, hq, 128, device="cuda", dtype=torch.bfloat16)
-        merge = _bench(lambda: _merge_splits_kernel[(b, hq)](
-            po, pl, o, sp, po.stride(0), po.stride(1), po.stride(2), pl.stride(0), pl.stride(1),
-            o.stride(0), o.stride(1), SPLITS_PAD=triton.next_power_of_2(sp), HEAD_DIM=128, num_warps=4))
+        merge = _bench(lambda: merge_splits(po, pl, o))
         print(f"  merge kernel alone at splits={sp}: {merge:.4f} ms", flush=True)
         rows.append(dict(shape=label, merge_ms=merge, splits=sp))
         del k, v
@@ -199,7 +192,7 @@ def tune2() -> list[dict]:
     for b, L, hq, hkv in [(8, 32768, 32, 8), (32, 16384, 64, 8), (128, 32768, 32, 8), (1, 32768, 32, 8)]:
         k, v, bt, lens = _pool(b, L, hkv)
         q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
-        k8, v8, ks, vs = fp8_per_head_pool(k, v)
+        k8, v8, ks, vs = quantize_kv_fp8(k, v)
         bf = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, validate=False))
         label = f"B={b} L={L} H={hq}/{hkv}"
         print(f"\nfp8 {label}: bf16 default {bf:.4f} ms", flush=True)
@@ -228,7 +221,7 @@ def tune2() -> list[dict]:
 
 
 def tune3() -> list[dict]:
-    """Round 3: why batch 1 is slower inside the harness (rotation over a 1 GB pool? CPU?), and
+    """Round 3: why batch 1 is slower inside the benchmark (rotation over a 1 GB pool? CPU?), and
     FP8 variants (num_stages 1: no smem staging of fp8 tiles; e4m3 q.k^T dot)."""
     import time
 
@@ -240,7 +233,7 @@ def tune3() -> list[dict]:
         nb = n_rot * nblk
         k = torch.randn(nb, hkv, bs, d, device="cuda", dtype=torch.bfloat16)
         v = torch.randn_like(k)
-        if scatter == "pool":  # the harness: one permutation of the whole pool
+        if scatter == "pool":  # the benchmark: one permutation of the whole pool
             tables = torch.randperm(nb, device="cuda").to(torch.int32).reshape(n_rot, 1, nblk)
         else:  # each rotation's blocks shuffled within its own 134 MB chunk
             tables = torch.stack([torch.randperm(nblk, device="cuda") + r * nblk for r in range(n_rot)])
@@ -271,7 +264,7 @@ def tune3() -> list[dict]:
     for b, L, hq, hkv in [(128, 32768, 32, 8), (8, 32768, 32, 8), (32, 16384, 64, 8)]:
         k, v, bt, lens = _pool(b, L, hkv)
         q = torch.randn(b, hq, 128, device="cuda", dtype=torch.bfloat16)
-        k8, v8, ks, vs = fp8_per_head_pool(k, v)
+        k8, v8, ks, vs = quantize_kv_fp8(k, v)
         bf = _bench(lambda: paged_decode_attention(q, k, v, bt, lens, validate=False))
         ref = paged_decode_attention(q, k, v, bt, lens).float()
         label = f"B={b} L={L} H={hq}/{hkv}"

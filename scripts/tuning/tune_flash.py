@@ -34,6 +34,7 @@ import torch
 
 from kernels.flash_forward import FlashConfig, flash_attention_forward, pick_config
 from kernels.reference import naive_attention_lse
+from kernels.tolerances import tolerance
 
 # Candidates for D=128 on Hopper: pointer loads vs TMA descriptors, 64/128-key tiles, 4/8 warps,
 # 2-4 pipeline stages, warp specialisation. BLOCK_M=128 matches two m64 wgmma warpgroups.
@@ -55,8 +56,9 @@ CANDIDATES: dict[str, FlashConfig] = {
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 
-# Output tolerance against the float32 reference for bf16 (see tests/kernels/test_flash_forward.py).
-BF16_ATOL = 3e-2
+# Output tolerance against the float32 reference for bf16: the project's table (kernels.tolerances).
+BF16_ATOL = tolerance("flash_forward", "bf16").atol
+LSE_ATOL = tolerance("flash_forward_lse", "fp32").atol
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,7 +143,7 @@ def check_config(cfg: FlashConfig, s: Shape, device: str) -> dict:
     err = (out.float() - ref_out).abs().max().item()
     lse_err = (lse - ref_lse).abs().max().item()
     finite = bool(torch.isfinite(out).all().item())
-    return {"out_err": err, "lse_err": lse_err, "finite": finite, "ok": finite and err < BF16_ATOL and lse_err < 1e-3}
+    return {"out_err": err, "lse_err": lse_err, "finite": finite, "ok": finite and err < BF16_ATOL and lse_err < LSE_ATOL}
 
 
 def time_ours(cfg: FlashConfig | None, s: Shape, device: str, bench) -> float:
@@ -270,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.empty_cache()
         result["sweep"] = sweep_rows
 
-        # Targets: worst ratio over N >= 4K, Hq/Hkv = 32/8, d=128 bf16 (issue 4).
+        # Targets: worst ratio over N >= 4K, Hq/Hkv = 32/8, d=128 bf16 (the benchmark's prefill targets).
         targets = {}
         for causal in (False, True):
             rows = [r for r in sweep_rows if r["causal"] == causal and r["n"] >= 4096 and r["hkv"] == 8 and r["d"] == 128]

@@ -21,7 +21,7 @@ def test_no_gpu_view_upload_and_online_softmax(app_url, page):
     file_input = page.locator('[data-testid="stFileUploader"] input[type=file]').first
     after_rerun(page, lambda: file_input.set_input_files(
         files=[{"name": "broken.json", "mimeType": "application/json", "buffer": b"{nope"}]))
-    assert page.get_by_text("not a JSON file").first.is_visible()
+    assert page.get_by_text("not valid JSON").first.is_visible()
     after_rerun(page, lambda: file_input.set_input_files(str(FIXTURE)))
     page.get_by_text("synthetic fixture", exact=False).first.wait_for(timeout=60_000)
     assert metric_value(page, "Achieved TB/s") == "3.60"

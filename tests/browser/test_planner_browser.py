@@ -12,7 +12,7 @@ from support.browser import goto, metric_value, slider_press, wait_idle
 pytestmark = pytest.mark.browser
 
 # Problem 4's set-up, every request at 2,048 tokens, datasheet rates, a 10 ms TPOT target:
-# 539 sequences per TP-8 replica (hand figures in tests/sizing/test_planner.py) = 67.4 per GPU.
+# 539 sequences per TP-8 replica (hand figures in tests/planner/test_cli.py) = 67.4 per GPU.
 REFERENCE_QUERY = ("model=llama-3.1-70b&kv=fp8&w=fp8&gpu=h100-sxm&tp=8&traffic=fixed&length=2048"
                    "&source=datasheet&tpot=10&maxctx=32768")
 

@@ -6,12 +6,14 @@ import pytest
 import torch
 
 from kernels.paged_cache import (
-    FP8_MAX, append_token, build_paged_cache, cdiv, paged_from_contiguous, quantize_fp8,
+    FP8_MAX, append_token, build_paged_cache, paged_from_contiguous, quantize_fp8,
 )
 from kernels.paged_reference import gather_kv, gather_kv_padded
+from units import cdiv
 
 
-def test_cdiv():
+def test_cdiv_gives_the_blocks_a_sequence_needs():
+    # The paged cache counts a sequence's blocks with units.cdiv.
     assert [cdiv(n, 16) for n in (1, 15, 16, 17, 32, 33)] == [1, 1, 1, 2, 2, 3]
 
 

@@ -2,37 +2,23 @@
 the URL round trip and the sizer hand-off."""
 
 import base64
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGE = str(ROOT / "pages" / "2_fragmentation.py")
+from sizing.report import Handoff
+from support import apptest
+from support.apptest import figures as charts
+from support.apptest import metric_number as metric
+
+PAGE = "2_fragmentation.py"
 GOOD_TRACE = b"arrived_at,num_prefill_tokens,num_decode_tokens\n" + b"".join(
     b"%d,%d,%d\n" % (i, 1000 + 37 * i, 50 + i) for i in range(200))
 
 
 def open_page(query: dict | None = None, session: dict | None = None) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=120)
-    for name, value in (query or {}).items():
-        at.query_params[name] = value
-    for name, value in (session or {}).items():
-        at.session_state[name] = value
-    at.run()
-    assert not at.exception, at.exception
-    return at
-
-
-def metric(at: AppTest, label: str) -> float:
-    """The number shown by the metric called ``label`` (commas, %, units stripped)."""
-    for item in at.metric:
-        if item.label == label:
-            text = item.value.replace(",", "").replace("%", "").split()[0]
-            return float(text)
-    raise AssertionError(f"no metric {label!r}: {[m.label for m in at.metric]}")
+    return apptest.open_page(PAGE, query=query, session=session)
 
 
 def array(values) -> np.ndarray:
@@ -41,10 +27,6 @@ def array(values) -> np.ndarray:
         # Plotly picks the narrowest dtype (int16 here): widen before doing arithmetic.
         return np.frombuffer(base64.b64decode(values["bdata"]), dtype=values["dtype"]).astype(np.float64)
     return np.asarray(values)
-
-
-def charts(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 def test_defaults_show_the_reference_page_figures():
@@ -131,8 +113,8 @@ def test_url_reopens_identically():
 
 def test_sizer_hand_off_is_used_and_named():
     # The paper's Orca-Max case handed over by the sizer: 12 GiB at 800 KiB per token, 2,048 max.
-    session = {"sizer.kv_budget_bytes": 12 * 2**30, "sizer.per_token_bytes": 800 * 1024,
-               "sizer.max_context": 2048, "sizer.block_size": 16, "sizer.summary": "OPT-13B, 12 GiB of KV"}
+    session = {"handoff.sizer": Handoff(kv_budget_bytes=12 * 2**30, per_token_bytes=800 * 1024, max_context=2048,
+                                        block_size=16, summary="OPT-13B, 12 GiB of KV")}
     at = open_page(session=session)
     assert any("From the sizer: OPT-13B, 12 GiB of KV" in info.value for info in at.info)
     assert metric(at, "Requests that fit: contiguous") == 7
@@ -180,3 +162,26 @@ def test_sharing_and_block_table_by_hand():
     text = " ".join(md.value for md in at.markdown)
     # Default block-table view: B = 4, so p = 9 is logical block 2, offset 1.
     assert "logical block p // B = 2, offset p % B = 1" in text
+
+
+@pytest.mark.parametrize("name, value", [
+    ("n", "50"), ("mean", "-1"), ("sigma", "nan"), ("bts", "99999999999"), ("btq", "-1"),
+    ("sout", "10000"), ("n", "200000"),
+])
+def test_hostile_link_parameters_fall_back_with_a_notice(name, value):
+    at = open_page(query={name: value})
+    notices = [c.value for c in at.caption if "Link parameter" in c.value]
+    assert len(notices) == 1 and f"`{name}`" in notices[0], notices
+    # The default view is shown instead: the reference page's problem 4.
+    assert metric(at, "Requests that fit: contiguous") == 94
+    assert name not in at.query_params
+
+
+def test_oversized_upload_is_refused_with_a_short_error():
+    at = open_page()
+    at.selectbox(key="frag.source").set_value("Upload a CSV").run()
+    long_field = b"arrived_at,num_prefill_tokens,num_decode_tokens\n0," + b"7" * 1_000_000 + b",5\n"
+    at.file_uploader(key="frag.upload").set_value(("long.csv", long_field, "text/csv")).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "row 1, column num_prefill_tokens" in at.error[0].value
+    assert len(at.error[0].value) < 300

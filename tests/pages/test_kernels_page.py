@@ -16,14 +16,17 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from kernels.bench.records import read_bench_file
-from ui.gpu_lock import GpuGate
 from kernels.bench.live import Backend
+from kernels.bench.records import read_bench_file
 from kernels.runtime import interpreter_active
+from support.apptest import figures as _figures
+from support.apptest import metric_text as _metric
+from support.apptest import open_page
+from support.apptest import texts as _texts
+from support.paths import FIXTURES
+from ui.gpu_lock import GpuGate
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGE = str(ROOT / "pages/3_kernels.py")
-FIXTURE = ROOT / "tests/data/kernels_bench_synthetic.json"
+FIXTURE = FIXTURES / "kernels_bench_synthetic.json"
 
 
 def _refuse(plan, progress):
@@ -34,24 +37,8 @@ CPU = Backend(gpu=False, device="cpu (Triton interpreter)", run=_refuse)
 
 
 def _app(backend: Backend, shipped_dir: Path = FIXTURE.parent, **state) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=180)
-    at.session_state["kernels_backend"] = backend
-    at.session_state["kernels_shipped_dir"] = str(shipped_dir)
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at
-
-
-def _metric(at: AppTest, label: str) -> str:
-    return next(m.value for m in at.metric if m.label == label)
-
-
-def _figures(at: AppTest) -> list[dict]:
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
-
-
-def _texts(elements) -> str:
-    return "\n".join(e.value for e in elements)
+    session = {"kernels_backend": backend, "kernels_shipped_dir": str(shipped_dir), **state}
+    return open_page("3_kernels.py", session=session, timeout=180, run=False)
 
 
 # ---------------------------------------------------------------------------------- no GPU
@@ -99,7 +86,7 @@ def test_theory_beside_measurement_for_prefill():
     at.query_params["batch"] = "4"
     at.run()
     assert not at.exception
-    assert at.radio(key="k_kernel").value == "prefill"
+    assert at.radio(key="kernels.kernel").value == "prefill"
     table = at.dataframe[1].value  # theory beside measurement
     text = " ".join(table["model"])
     # N = 4096 → S is 4096² × 2 B = 32 MiB per head; 4 × 32 heads → 4 GiB for the shape.
@@ -157,6 +144,29 @@ def test_bad_head_ratio_is_reported():
     assert "cannot share 16 KV heads evenly" in _texts(at.error)
 
 
+def test_link_values_outside_the_options_are_ignored_with_a_notice():
+    at = _app(CPU)
+    at.query_params["batch"] = "3"  # not one of the batch options
+    at.query_params["kernel"] = "prefill"
+    at.query_params["dtype"] = "fp8"  # a decode-only dtype
+    at.run()
+    assert not at.exception
+    notices = _texts(at.warning)
+    assert "Link parameter `batch` ignored" in notices and "Link parameter `dtype` ignored" in notices
+    assert at.selectbox(key="kernels.batch").value == 1 and at.selectbox(key="kernels.dtype_prefill").value == "bf16"
+
+
+def test_switching_kernel_drops_the_other_kernels_link_values_silently():
+    at = _app(CPU)
+    at.query_params["dtype"] = "fp8"
+    at.run()
+    assert at.selectbox(key="kernels.dtype_decode").value == "fp8"
+    at.radio(key="kernels.kernel").set_value("prefill").run()
+    assert not at.exception
+    assert at.selectbox(key="kernels.dtype_prefill").value == "bf16"
+    assert "ignored" not in _texts(at.warning)
+
+
 # ---------------------------------------------------------------------------------- GPU mode
 
 
@@ -190,7 +200,7 @@ def test_gpu_mode_runs_and_shows_measured_figures():
 def test_gpu_mode_fp8_plan():
     calls: list = []
     at = _app(_recorded_backend(calls)).run()
-    at.selectbox(key="k_dtype_decode").set_value("fp8").run()
+    at.selectbox(key="kernels.dtype_decode").set_value("fp8").run()
     at.button(key="k_run").click().run()
     assert calls[-1].fp8 and calls[-1].decode.dtype == "bf16"  # FP8 KV, bf16 query
 

@@ -3,8 +3,6 @@ the URL reopens the same state, the sizer's values carry over, bad input is name
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -16,12 +14,14 @@ from kernels.bench.records import (
     Target,
     report_to_json,
 )
+from sizing.report import Handoff
+from support.apptest import metric_text, open_page, texts
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGE = str(ROOT / "pages/4_planner.py")
+PAGE = "4_planner.py"
+HANDOFF_KEY = "handoff.sizer"  # where ui.handoff.publish keeps the sizer's latest result
 
 # The reference page's problem 4 set-up with every sequence at 2,048 tokens and the datasheet:
-# 3,084,716 KV slots per GPU (see tests/sizing/test_planner.py) → 94 contiguous (32K each),
+# 3,084,716 KV slots per GPU (see tests/planner/test_cli.py) → 94 contiguous (32K each),
 # 1,506 paged; a 10 ms TPOT target caps the paged batch at 539 (compute-bound).
 REFERENCE_URL = {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "gpu": "h100-sxm", "tp": "8",
                  "traffic": "fixed", "length": "2048", "source": "datasheet", "tpot": "10",
@@ -29,21 +29,10 @@ REFERENCE_URL = {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "gpu": "h100
 
 
 def _open(query: dict[str, str] | None = None, state: dict | None = None) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=120)
-    for name, value in (query or {}).items():
-        at.query_params[name] = value
-    for key, value in (state or {}).items():
-        at.session_state[key] = value
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
+    return open_page(PAGE, query, state)
 
 
-def _metric(at: AppTest, label: str) -> str:
-    for metric in at.metric:
-        if metric.label == label:
-            return metric.value
-    raise KeyError(label)
+_metric = metric_text
 
 
 def _number(text: str) -> float:
@@ -100,21 +89,50 @@ def test_url_written_by_one_session_reopens_identically():
         assert _metric(second, label) == _metric(first, label)
 
 
+def _handoff(**fields) -> Handoff:
+    values = dict(kv_budget_bytes=10**10, per_token_bytes=131_072, max_context=8192,
+                  block_size=16, summary="Llama 3.1 8B", model_name="Llama 3.1 8B",
+                  kv_dtype="bf16", gpu_id="h200", n_gpus=1, tp=1, preset_id="llama-3.1-8b",
+                  weight_dtype="bf16")
+    return Handoff(**{**values, **fields})
+
+
 def test_sizer_values_carry_over_unless_the_url_says_otherwise():
-    at = _open(state={"sizer.model_id": "llama-3.1-8b", "sizer.gpu_id": "h200", "sizer.tp": 1,
-                      "sizer.kv_dtype": "bf16", "sizer.context": 8192})
+    at = _open(state={HANDOFF_KEY: _handoff()})
     assert at.selectbox(key="planner.model").value == "llama-3.1-8b"
     assert at.selectbox(key="planner.gpu").value == "h200"
     assert at.select_slider(key="planner.tp").value == 1
+    assert at.selectbox(key="planner.kv").value == "bf16"
     assert at.number_input(key="planner.max_context").value == 8192
-    url_wins = _open({"model": "qwen2.5-72b"}, state={"sizer.model_id": "llama-3.1-8b"})
+    url_wins = _open({"model": "qwen2.5-72b"}, state={HANDOFF_KEY: _handoff()})
     assert url_wins.selectbox(key="planner.model").value == "qwen2.5-72b"
+    # a manual shape in the sizer (no preset) leaves the planner's own model choice
+    manual = _open(state={HANDOFF_KEY: _handoff(preset_id=None, tp=3)})
+    assert manual.selectbox(key="planner.model").value == "llama-3.1-70b"
+    assert manual.select_slider(key="planner.tp").value == 8
 
 
 def test_malformed_url_values_fall_back_to_defaults():
     at = _open({"tp": "3", "model": "nope", "tpot": "abc"})
     assert at.select_slider(key="planner.tp").value == 8
     assert at.selectbox(key="planner.model").value == "llama-3.1-70b"
+
+
+@pytest.mark.parametrize("name, raw, key, default", [
+    ("usable", "5", "planner.usable", 0.9),
+    ("sigma", "-1", "planner.sigma", 0.8),
+    ("prompt", "1e30", "planner.prompt_share", 0.5),
+    ("tpot", "nan", "planner.tpot_ms", 50),
+    ("ttft", "-5", "planner.ttft_ms", 0),
+    ("eff", "7", "planner.efficiency", 0.85),
+    ("hz", "0", "planner.control_hz", 5.0),
+    ("maxctx", "1e308", "planner.max_context", 32_768),
+    ("rate", "inf", "planner.rate", 0.0),
+])
+def test_hostile_url_values_show_a_notice_and_the_default(name, raw, key, default):
+    at = _open({name: raw})  # _open asserts the run raised nothing
+    assert at.session_state[key] == default
+    assert f"`{name}` ignored" in texts(at.caption)
 
 
 def test_weights_that_do_not_fit_are_explained_not_crashed():
@@ -124,7 +142,7 @@ def test_weights_that_do_not_fit_are_explained_not_crashed():
 
 
 def test_bad_harness_json_is_named_and_the_page_falls_back():
-    at = _open(state={"kernels.bench_json": "{not json"})
+    at = _open(state={"planner.bench_json": b"{not json"})
     assert any("Harness JSON" in e.value for e in at.sidebar.error)
     assert any("Datasheet" in info.value or "Shipped" in info.value for info in at.info)
 
@@ -146,7 +164,7 @@ def test_a_harness_run_in_session_state_is_used_and_labelled():
     # at the datasheet the reference batch of 539 takes 10 ms; reading at half speed takes longer
     fast = _open({**REFERENCE_URL, "source": "datasheet", "tpot": "0"})
     slow = _open({**REFERENCE_URL, "source": "measured", "tpot": "0"},
-                 state={"kernels.bench_json": _valid_bench_json(2.4)})  # 2.4 / 4.8 = 0.5
+                 state={"planner.bench_json": _valid_bench_json(2.4).encode()})  # 2.4 / 4.8 = 0.5
     assert any("Harness run on this GPU" in info.value for info in slow.info)
     assert _number(_metric(slow, "TPOT at the paged batch")) > _number(
         _metric(fast, "TPOT at the paged batch"))

@@ -8,29 +8,37 @@ import pytest
 
 from kernels.bench.records import (
     TARGET_SPECS,
+    BenchJsonError,
     BenchReport,
     Ceilings,
     Provenance,
     Target,
+    read_bench_file,
     write_bench_json,
 )
 from planner.bandwidth import (
-    BenchJsonError,
+    UnusableReport,
     choose_estimate,
     datasheet_estimate,
     estimate_from_bench,
-    load_bench_json,
 )
 
-# A bench JSON as issue 4's contract fixes it: a ``targets`` list of {name, measured, required, met}.
-BENCH = {
-    "device": "NVIDIA H200",
-    "ceilings": {"stream_read_tbps": 4.25, "bf16_matmul_tflops": 672.0},
-    "targets": [
-        {"name": "decode_large_tbps", "measured": 4.2, "required": 4.0, "met": True},
-        {"name": "decode_b1_32k_vs_cudnn", "measured": 1.05, "required": 1.0, "met": True},
-    ],
-}
+
+def _report(*, targets=(), copy_tbps=None, matmul_tflops=None, device="NVIDIA H200") -> BenchReport:
+    """A typed harness report with only the figures a test names."""
+    return BenchReport(
+        schema="kv-cache-explorer.kernels.bench", schema_version=1,
+        provenance=Provenance(device=device, sm_count=132, driver="", cuda="12.8", torch="2.11",
+                              triton="3.6.0", python="3.12", date="2025-01-01", command="x"),
+        ceilings=Ceilings(copy_tbps=copy_tbps, copy_buffer_bytes=2**30,
+                          matmul_tflops=matmul_tflops, matmul_n=8192),
+        targets=tuple(Target(name=name, measured=measured, required=1.0, met=True)
+                      for name, measured in targets))
+
+
+# The bench report's contract: a ``targets`` list of {name, measured, required, met}.
+BENCH = _report(targets=(("decode_large_tbps", 4.2), ("decode_b1_32k_vs_cudnn", 1.05)),
+                copy_tbps=4.25, matmul_tflops=672.0)
 
 
 def test_datasheet_is_efficiency_one():
@@ -48,7 +56,7 @@ def test_efficiencies_from_a_bench_run_on_an_h200():
 
 def test_a_measured_run_on_another_gpu_uses_that_gpus_datasheet():
     # an H100 SXM run reading 2.9 TB/s of a 3.35 TB/s datasheet
-    h100_run = {"device": "NVIDIA H100", "targets": [{"name": "decode_large_tbps", "measured": 2.9}]}
+    h100_run = _report(device="NVIDIA H100", targets=(("decode_large_tbps", 2.9),))
     estimate = estimate_from_bench(h100_run, source="measured", datasheet_bandwidth_tbps=3.35,
                                    datasheet_bf16_tflops=989)
     assert estimate.bandwidth_efficiency == pytest.approx(2.9 / 3.35)
@@ -57,13 +65,13 @@ def test_a_measured_run_on_another_gpu_uses_that_gpus_datasheet():
 
 
 @pytest.mark.parametrize("broken, field", [
-    ({}, "targets"),
-    ({"targets": "x"}, "targets"),
-    ({"targets": [{"name": "decode_large_tbps", "measured": -1}]}, "decode_large_tbps"),
-    ({"targets": [{"name": "other", "measured": 1}]}, "decode_large_tbps"),
+    (_report(), "targets"),
+    (_report(targets=(("decode_large_tbps", -1.0),)), "decode_large_tbps"),
+    (_report(targets=(("decode_large_tbps", None),)), "decode_large_tbps"),
+    (_report(targets=(("other", 1.0),)), "decode_large_tbps"),
 ])
-def test_unusable_bench_json_names_the_field(broken, field):
-    with pytest.raises(BenchJsonError, match=field):
+def test_unusable_bench_report_names_the_field(broken, field):
+    with pytest.raises(UnusableReport, match=field):
         estimate_from_bench(broken, source="measured")
 
 
@@ -92,7 +100,7 @@ def _write_valid_report(path, *, decode_tbps=4.2, matmul_tflops=672.0):
 
 
 def test_validated_harness_json_gives_the_same_efficiencies(tmp_path):
-    data = load_bench_json(_write_valid_report(tmp_path / "run.json"))
+    data = read_bench_file(_write_valid_report(tmp_path / "run.json"))
     estimate = estimate_from_bench(data, source="measured")
     assert estimate.bandwidth_efficiency == pytest.approx(4.2 / 4.8)  # datasheet from the JSON
     assert estimate.compute_efficiency == pytest.approx(672 / 989)
@@ -100,7 +108,7 @@ def test_validated_harness_json_gives_the_same_efficiencies(tmp_path):
 
 
 def test_decode_not_measured_falls_back_to_the_copy_ceiling(tmp_path):
-    data = load_bench_json(_write_valid_report(tmp_path / "run.json", decode_tbps=None))
+    data = read_bench_file(_write_valid_report(tmp_path / "run.json", decode_tbps=None))
     estimate = estimate_from_bench(data, source="measured")
     assert estimate.bandwidth_efficiency == pytest.approx(4.25 / 4.8)
     assert "streaming copy" in estimate.label
@@ -110,7 +118,7 @@ def test_invalid_harness_file_is_refused_with_the_loaders_reason(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": "something else"}))
     with pytest.raises(BenchJsonError, match="schema"):
-        load_bench_json(bad)
+        read_bench_file(bad)
 
 
 def test_preference_order_falls_back_with_notes(tmp_path):

@@ -1,18 +1,14 @@
-"""``python -m sizing plan``: the contract's keys, the exact datasheet formula, one-line errors."""
+"""``python -m planner`` (and ``python -m sizing plan``): the contract's keys, the exact datasheet formula, one-line errors."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
 from planner import cli as planner_cli
-
-ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "data" / "traces"
+from support.paths import ROOT, TRACES
 CONTRACT_KEYS = ("decode_step_s", "tokens_per_s", "max_batch_paged", "max_batch_contiguous",
                  "binding_limit")
 REFERENCE = ["--model", "llama-3.1-70b", "--kv-dtype", "fp8", "--weight-dtype", "fp8",
@@ -110,3 +106,47 @@ def test_python_m_sizing_plan_is_the_contract_entry_point():
     bad = subprocess.run([sys.executable, "-m", "sizing", "plan", "--efficiency", "abc"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--efficiency" in bad.stderr
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["--context", "1e30"], "--context"),
+    (["--context", "1e308"], "--context"),
+    (["--rate", "1e308"], "--rate"),
+    (["--rate", "nan"], "--rate"),
+    (["--tpot-ms", "-5"], "--tpot-ms"),
+    (["--ttft-ms", "inf"], "--ttft-ms"),
+    (["--sigma", "0"], "--sigma"),
+    (["--mean", "1e300"], "--mean"),
+    (["--batch", "1e9"], "--batch"),
+    (["--max-context", "1"], "--max-context"),
+    (["--usable", "5"], "--usable"),
+    (["--tp", "2048"], "--tp"),
+    (["--block-size", "0"], "--block-size"),
+])
+def test_out_of_range_values_exit_2_with_one_short_line(capsys, argv, option):
+    assert planner_cli.main(["--json", *argv]) == 2
+    captured = capsys.readouterr()
+    line = captured.err.strip()
+    assert captured.out == "" and "\n" not in line and len(line) < 300 and option in line
+
+
+@pytest.mark.parametrize("option", ["--bench-json", "--trace"])
+def test_endless_files_are_refused_at_the_size_cap(capsys, option):
+    assert planner_cli.main([option, "/dev/zero"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "\n" not in line and option in line and "limit" in line
+
+
+def test_a_rate_no_replica_can_serve_is_refused_not_printed_as_infinity(capsys):
+    argv = ["--json", "--model", "llama-3.1-405b", "--weight-dtype", "bf16", "--gpu", "l4",
+            "--rate", "10"]
+    assert planner_cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--rate" in captured.err
+
+
+def test_help_states_the_ranges(capsys):
+    with pytest.raises(SystemExit):
+        planner_cli.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1,000,000 requests/s" in text and "2 to 10,000,000 tokens" in text

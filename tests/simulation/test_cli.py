@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.simulation._paths import ROOT, trace
+from support.paths import ROOT, trace
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -93,12 +93,15 @@ def test_table_output_without_json():
     (["snapshot", "--mean", "300", "--median", "200", "--p90", "400"], "--median"),
 ])
 def test_bad_arguments_exit_2_with_one_line(args, argument):
-    done = run_cli(*args)
-    assert done.returncode == 2
+    assert_one_line_error(run_cli(*args), argument)
+
+
+def assert_one_line_error(done: subprocess.CompletedProcess, expected: str) -> None:
+    """Exit 2, nothing on stdout, one line under 300 characters on stderr containing ``expected``."""
+    assert done.returncode == 2 and done.stdout == ""
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert argument in lines[0]
-    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert len(lines) == 1 and len(lines[0]) < 300, done.stderr
+    assert expected in lines[0] and "Traceback" not in done.stderr
 
 
 def test_bad_trace_content_names_row_and_column(tmp_path):
@@ -107,3 +110,45 @@ def test_bad_trace_content_names_row_and_column(tmp_path):
     done = run_cli("snapshot", "--trace", str(bad))
     assert done.returncode == 2
     assert "--trace" in done.stderr and "row 2, column num_prefill_tokens" in done.stderr
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["snapshot", "--block-size", "1e30"], "--block-size"),
+    (["snapshot", "--max-context", "1e308"], "--max-context"),
+    (["snapshot", "--dist", "fixed", "--length", "1e30"], "--length"),
+    (["snapshot", "--sigma", "1e308"], "--sigma"),
+    (["snapshot", "--median", "100", "--p90", "1e308"], "--p90"),
+    (["snapshot", "--kv-budget-gib", "1e30", "--per-token-bytes", "100"], "--kv-budget-gib"),
+    (["snapshot", "--kv-budget-tokens", "1e30"], "--kv-budget-tokens"),
+    (["snapshot", "--n", "1000000000000"], "--n"),
+    (["snapshot", "--seed", "-1"], "--seed"),
+    (["snapshot", "--prompt-fraction", "2"], "--prompt-fraction"),
+    (["snapshot", "--per-token-bytes", "1e308"], "--per-token-bytes"),
+    (["timeline", "--rate", "1e308"], "--rate"),
+    (["timeline", "--rate", "5", "--decode-step-s", "1e308"], "--decode-step-s"),
+    (["timeline", "--rate", "5", "--prefill-tokens-per-s", "1e-300"], "--prefill-tokens-per-s"),
+    (["timeline", "--rate", "5", "--max-batch", "1e30"], "--max-batch"),
+    (["snapshot", "--trace", "/dev/zero"], "--trace"),
+])
+def test_out_of_range_values_exit_2_with_one_short_line(args, argument):
+    assert_one_line_error(run_cli(*args), argument)
+
+
+def test_help_shows_every_range():
+    done = run_cli("timeline", "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    for shown in ("1 to 65,536 tokens", "2 to 10,000,000 tokens", "1 to 1,000,000 requests", "0 to 3",
+                  "1e-06 to 60 s"):
+        assert shown in text
+
+
+def test_trace_with_huge_tokens_or_long_field_names_row_and_column(tmp_path):
+    huge = tmp_path / "huge.csv"
+    huge.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n1,1e30,5\n")
+    long_field = tmp_path / "long.csv"
+    long_field.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0," + "x" * 1_000_000 + ",5\n")
+    for path, expected in ((huge, "row 2, column num_prefill_tokens"), (long_field, "row 1, column num_prefill_tokens")):
+        done = subprocess.run([sys.executable, "-W", "error", "-m", "simulation", "snapshot", "--trace", str(path)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert_one_line_error(done, expected)

@@ -9,7 +9,7 @@ from simulation.memory import KvBudget
 from simulation.timeline import TimelineConfig, _paged_sums, run_timeline
 from simulation.traces import load_trace_csv
 from simulation.workloads import Workload, poisson_arrivals, preset
-from tests.simulation._paths import trace
+from support.paths import trace
 
 
 @settings(max_examples=200, deadline=None)

@@ -6,7 +6,7 @@ import pytest
 from simulation.traces import DEFAULT_MAX_ROWS, TraceError, load_trace_csv
 from simulation.workloads import (PRESETS, Fixed, LogNormal, TotalLengthSpec, Uniform,
                                   poisson_arrivals, preset)
-from tests.simulation._paths import trace
+from support.paths import trace
 
 
 def test_same_seed_same_workload_different_seed_different():

@@ -10,12 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from inputs.errors import InputError
 from sizing.errors import ConfigError, SizingError
 from sizing.hf_config import MAX_CONFIG_BYTES, estimate_params, parse_hf_config
 from sizing.kv import KVCacheSpec
 from sizing.models import AttentionKind, ModelShape
 from sizing.precisions import get_precision
 from sizing.presets import PRESET_IDS, get_preset, preset_shape
+from sizing.report import SizingRequest, size_deployment
 
 # (layers, q heads, KV heads, head dim) as published in each config.json.
 PUBLISHED_SHAPES = {
@@ -206,3 +208,23 @@ def test_shape_validation_names_field():
         with pytest.raises(SizingError) as info:
             replace(good, **{field: value})
         assert info.value.field == field
+
+
+@pytest.mark.parametrize("architectures", [{"a": 1}, 5, "LlamaForCausalLM", None, [], [5], ["LlamaForCausalLM"]])
+def test_architectures_must_be_a_list(architectures):
+    cfg = {"num_hidden_layers": 32, "num_attention_heads": 32, "hidden_size": 4096, "vocab_size": 32000,
+           "intermediate_size": 11008, "architectures": architectures}
+    if architectures is None or isinstance(architectures, list):
+        name = parse_hf_config(json.dumps(cfg)).name
+        assert name == ("LlamaForCausalLM" if architectures == ["LlamaForCausalLM"] else "config.json")
+    else:
+        with pytest.raises(ConfigError) as info:
+            parse_hf_config(json.dumps(cfg))
+        assert info.value.field == "architectures"
+
+
+def test_sizing_errors_are_input_errors():
+    assert issubclass(SizingError, InputError) and issubclass(ConfigError, SizingError)
+    with pytest.raises(SizingError) as info:  # the catalogue's error, re-raised as the sizer's
+        size_deployment(SizingRequest(gpu="tpu-v9"))
+    assert info.value.field == "gpu"

@@ -1,4 +1,4 @@
-"""Every figure of the reference page's problems 3 and 4 (DESIGN.md, "Facts the sizer must get right").
+"""Every figure of the reference page's problems 3 and 4 that the sizer must get right.
 
 Assumptions stated as the reference states them:
 * the "Llama-style 70B": 80 layers, 64 query heads, 8 KV heads, head dim 128;
@@ -14,7 +14,7 @@ import math
 import pytest
 
 from hardware.gpus import get_gpu
-from sizing.kv import KVCacheSpec, contiguous_fit, kv_budget_bytes, kv_capacity, paged_fit, usable_bytes
+from sizing.kv import KVCacheSpec, kv_capacity, max_users, usable_bytes
 from sizing.models import ModelShape
 from sizing.precisions import get_precision
 from sizing.report import SizingRequest, size_deployment
@@ -122,18 +122,15 @@ def test_average_context_8k_fits_one_node():
 
 
 def test_problem4_budget_and_fits():
+    # The contiguous and paged request counts (94 at 6 %, ≈ 1,500 at 99.6 %) are the
+    # fragmentation simulator's figures and are checked against it in tests/simulation.
     s = KVCacheSpec(model=LLAMA_70B, precision=get_precision("fp8"), tp=8, block_size=16)
-    budget = kv_budget_bytes(get_gpu("h100-sxm"), 8, 70 * GB, 0.9)
+    budget = 8 * usable_bytes(get_gpu("h100-sxm"), 0.9) - 70 * GB
     assert budget == 506 * GB  # 8 × 80 GB × 0.9 − 70 GB
     assert round(budget / GiB) == 471  # ≈ 471 GiB
-    contiguous = contiguous_fit(s, budget, 32_768, 2048)
-    assert contiguous.bytes_per_request == 5 * GiB
-    assert contiguous.requests == 94
-    assert round(contiguous.utilisation * 100) == 6
-    paged = paged_fit(s, budget, 2048)
-    assert round(paged.bytes_per_request / MiB) == 321  # (2,048 + 8) × 160 KiB ≈ 321 MiB
-    assert round(paged.requests, -2) == 1500  # ≈ 1,500
-    assert round(paged.utilisation * 100, 1) == 99.6
+    assert s.sequence_bytes_all_gpus(32_768) == 5 * GiB  # one contiguous 32K reservation
+    assert max_users(s, budget, 32_768) == 94
+    assert round(s.sequence_bytes_all_gpus(2048 + 8) / MiB) == 321  # (2,048 + 8) × 160 KiB ≈ 321 MiB
     assert s.block_bytes == 2.5 * MiB  # 16 × 160 KiB
     assert s.block_bytes_per_gpu == 320 * KiB  # at TP 8
     capacity = kv_capacity(s, budget, 32_768)
@@ -152,6 +149,11 @@ def test_problem4_through_the_report_and_handoff():
     assert r.handoff.max_context == 32_768
     assert r.handoff.block_size == 16
     assert "506 GB" in r.handoff.summary and "471.2 GiB" in r.handoff.summary
+    # A shape given directly comes from no preset; the precisions and deployment travel along.
+    assert r.handoff.preset_id is None and r.handoff.weight_dtype == "fp8" and r.handoff.kv_dtype == "fp8"
+    assert (r.handoff.gpu_id, r.handoff.tp, r.handoff.n_gpus) == ("h100-sxm", 8, 8)
+    by_id = size_deployment(SizingRequest(model="Llama-3.1-70B", weight_dtype="int4"))
+    assert by_id.handoff.preset_id == "llama-3.1-70b" and by_id.handoff.weight_dtype == "int4"
 
 
 def test_worked_formula_steps():

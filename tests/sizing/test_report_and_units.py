@@ -10,15 +10,14 @@ from fractions import Fraction
 import pandas as pd
 import pytest
 
+from hardware.gpus import get_gpu
 from sizing.errors import SizingError
-from hardware.gpus import GPU_IDS, custom_gpu, get_gpu
-from sizing.kv import cdiv
 from sizing.models import ModelShape
 from sizing.plan import plan_deployment
 from sizing.precisions import get_precision
 from sizing.presets import preset_shape
 from sizing.report import SizingRequest, size_deployment
-from units import GB, GiB, KiB, MiB, both, format_bytes, to_unit
+from units import GB, GiB, KiB, MiB, both, cdiv, format_bytes, to_unit
 
 L70 = preset_shape("llama-3.1-70b")
 
@@ -48,24 +47,10 @@ def test_precision_bytes_exact():
     assert info.value.field == "kv_dtype"
 
 
-# ---- GPUs -----------------------------------------------------------------------------------
-def test_gpu_catalogue():
-    assert len(GPU_IDS) == 12
-    assert get_gpu("h100-sxm").memory_bytes == 80 * GB and get_gpu("h100-sxm").bandwidth_tbs == 3.35
-    assert get_gpu("h200").memory_bytes == 141 * GB and get_gpu("h200").bandwidth_tbs == 4.8
-    assert get_gpu("jetson-agx-orin-64gb").shared_memory
-    assert not get_gpu("mi300x").shared_memory and get_gpu("mi300x").memory_gb == 192
-    for gpu_id in GPU_IDS:
-        g = get_gpu(gpu_id)
-        assert g.source and g.memory_gb > 0 and g.bandwidth_tbs > 0 and g.bf16_tflops > 0
-    assert custom_gpu(64).memory_bytes == 64 * GB
-    with pytest.raises(SizingError) as info:
-        custom_gpu(-1)
-    assert info.value.field == "gpu_memory_gb"
-
-
 def test_cdiv():
     assert cdiv(33, 16) == 3 and cdiv(32, 16) == 2 and cdiv(Fraction(1, 3), 1) == 1
+    # Exact for fractions: a float division would round 10**30 + 1 over 10**30 down to 1.
+    assert cdiv(Fraction(10**30 + 1), Fraction(10**30)) == 2
 
 
 # ---- validation names the field -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The ``python -m sizing`` contract (issue 2): options, JSON keys, exit status 2 with one line."""
+"""The ``python -m sizing`` contract: options, JSON keys, exit status 2 with one line."""
 
 from __future__ import annotations
 
@@ -103,7 +103,31 @@ def test_hostile_config_file(tmp_path, capsys):
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 2_000_000)
     assert main(["--config", str(big)]) == 2
-    assert "1 MB" in capsys.readouterr().err
+    assert "1,000,000-byte limit" in capsys.readouterr().err
+    assert main(["--config", "/dev/zero"]) == 2  # read up to the cap only, not forever
+    assert "--config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "option"), [
+    (["--context", "1e30"], "--context"), (["--context", "nan"], "--context"),
+    (["--users", "1e308"], "--users"), (["--tp", "2048"], "--tp"), (["--tp", "6"], "--tp"),
+    (["--layers", "1e9"], "--layers"), (["--params", "1e30"], "--params"),
+    (["--kv-group-size", "-1"], "--kv-group-size"), (["--kv-budget-gib", "inf"], "--kv-budget-gib"),
+    (["--gpu-memory-gb", "0"], "--gpu-memory-gb"), (["--block-size", "1e6"], "--block-size"),
+    (["--gpus-per-node", "0"], "--gpus-per-node"),
+])
+def test_out_of_range_values_one_short_line(capsys, args, option):
+    assert main(["--json", *args]) == 2
+    captured = capsys.readouterr()
+    line = captured.err.strip()
+    assert captured.out == "" and "\n" not in line and len(line) < 300 and option in line
+
+
+def test_help_states_the_ranges(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "1 to 10,000,000 tokens" in text and "above 0 and at most 1" in text
 
 
 def test_subprocess_exit_codes():

@@ -6,11 +6,12 @@ import sys
 
 import pytest
 
-from kernels.bench.harness import SweepConfig, _parser, config_from_args
+from kernels.bench.cli import build_parser, config_from_args
+from kernels.bench.sweeps import SweepConfig
 
 
 def sweep(*argv: str) -> SweepConfig:
-    return config_from_args(_parser().parse_args(list(argv)))
+    return config_from_args(build_parser().parse_args(list(argv)))
 
 
 def test_options_choose_a_subset_of_the_sweep():
@@ -25,7 +26,7 @@ def test_options_choose_a_subset_of_the_sweep():
     assert (config.run_decode, config.run_prefill, config.run_memory) == (True, False, False)
 
 
-def test_defaults_are_the_issues_full_sweep():
+def test_defaults_are_the_full_sweep():
     config = sweep()
     assert config.decode_batches == (1, 8, 32, 128)
     assert config.decode_contexts == (1024, 4096, 16384, 32768)

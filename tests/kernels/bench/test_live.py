@@ -1,6 +1,5 @@
 """The live page's plan, the session merge, and the shipped-results finder."""
 
-from pathlib import Path
 
 import pytest
 
@@ -9,7 +8,9 @@ from kernels.bench.live import PREFILL_SWEEP_NS, RunPlan, merge_reports, plan_st
 from ui.kernel_charts import roofline_rows
 from kernels.bench.shipped import find_shipped_results
 
-FIXTURE = Path(__file__).resolve().parents[2] / "data/kernels_bench_synthetic.json"
+from support.paths import FIXTURES
+
+FIXTURE = FIXTURES / "kernels_bench_synthetic.json"
 DEC = DecodeShape(batch=8, context=4096, n_q_heads=32, n_kv_heads=8, head_dim=128, block_size=16)
 
 

@@ -1,0 +1,147 @@
+"""``python -m kernels.bench``: the Triton kernels against PyTorch's best on the same GPU, in one run.
+
+Prints a readable table; ``--json PATH`` also writes the records (``kernels.bench.records``),
+with provenance and the benchmark's targets. Options narrow the sweep (``SweepConfig``); every
+number has a range (shown in ``--help``), lists are comma-separated with an optional ``k``
+(x 1024: ``1k,32k``) and heads are ``query:KV`` pairs (``32:8``). A bad argument ends as one
+line naming the option and exit status 2, before the GPU is looked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import torch
+
+from inputs.bounds import Bound
+from inputs.cli import OneLineParser, arg_type, choice, help_range, run_cli
+from inputs.errors import InputError, shown
+from kernels.bench.records import format_report, write_bench_json
+from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
+
+__all__ = ["PROG", "build_parser", "config_from_args", "main", "token_list", "head_pairs"]
+
+PROG = "python -m kernels.bench"
+MAX_TOKENS = 2**20  # 1M tokens: past any context this benchmark's GPUs can hold for one sequence
+BATCH = Bound(field="batch", low=1, high=4096, integer=True, unit="sequences")
+CONTEXT = Bound(field="context", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
+LONG_CONTEXT = Bound(field="long-context", low=0, high=MAX_TOKENS, integer=True, unit="tokens")
+SEQ_LEN = Bound(field="seq-len", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
+HEADS = Bound(field="heads", low=1, high=256, integer=True, unit="heads")
+BLOCK_SIZE = Bound(field="block-size", low=1, high=256, integer=True, unit="tokens")  # the kernel's limit
+REP_MS = Bound(field="rep-ms", low=0, high=60_000, low_open=True, unit="ms")
+ONLY = ("all", "decode", "prefill", "memory")
+
+
+def _checked(bound: Bound, value: int, shown_as: str) -> int:
+    try:
+        return int(bound.check(value, shown_as=shown_as))
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+
+
+def token_list(bound: Bound) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type``: comma-separated whole numbers with an optional k (x 1024), each in
+    ``bound``: ``1k,32k`` -> (1024, 32768)."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        out = []
+        for part in text.split(","):
+            part = part.strip().lower()
+            mult = 1024 if part.endswith("k") else 1
+            digits = part.removesuffix("k")
+            if not digits.isdigit():
+                raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {shown(text)}")
+            out.append(_checked(bound, int(digits) * mult, part))
+        return tuple(out)
+
+    parse.__name__ = bound.field
+    return parse
+
+
+def head_pairs(text: str) -> tuple[tuple[int, int], ...]:
+    """An argparse ``type``: comma-separated ``query:KV`` head pairs, each count in :data:`HEADS`,
+    the query count a multiple of the KV count."""
+    pairs = []
+    for part in text.split(","):
+        counts = part.split(":")
+        if len(counts) != 2 or not all(c.strip().isdigit() for c in counts):
+            raise argparse.ArgumentTypeError(f"expected query:KV pairs such as 32:8, got {shown(part)}")
+        hq, hkv = (_checked(HEADS, int(c), c) for c in counts)
+        if hq % hkv:
+            raise argparse.ArgumentTypeError(f"{shown(part)}: query heads must be a multiple of KV heads")
+        pairs.append((hq, hkv))
+    return tuple(pairs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog=PROG, description="The Triton kernels against PyTorch's best on the same GPU, in one run.")
+    p.add_argument("--json", metavar="PATH", help="also write the records as JSON to PATH")
+    p.add_argument("--only", type=choice(ONLY), default="all", help=f"which part to run: {', '.join(ONLY)}")
+    p.add_argument("--quick", action="store_true", help="a short sweep (SweepConfig.quick)")
+    p.add_argument("--batch", type=token_list(BATCH), help=f"decode batches, e.g. 1,8,32 (each {help_range(BATCH)})")
+    p.add_argument("--context", type=token_list(CONTEXT),
+                   help=f"decode contexts, e.g. 1k,32k (each {help_range(CONTEXT)})")
+    p.add_argument("--long-context", type=token_list(LONG_CONTEXT),
+                   help=f"extra batch-1 contexts (default 128k; 0 for none; each {help_range(LONG_CONTEXT)})")
+    p.add_argument("--heads", type=head_pairs,
+                   help=f"decode query:KV heads, e.g. 32:8,64:8 (each count {help_range(HEADS)})")
+    p.add_argument("--block-size", type=arg_type(BLOCK_SIZE),
+                   help=f"decode KV block size (default 16; {help_range(BLOCK_SIZE)})")
+    p.add_argument("--prefill-n", type=token_list(SEQ_LEN),
+                   help=f"prefill sequence lengths, e.g. 1k,4k (each {help_range(SEQ_LEN)})")
+    p.add_argument("--memory-n", type=token_list(SEQ_LEN),
+                   help=f"naive-vs-tiled memory sweep lengths (each {help_range(SEQ_LEN)})")
+    p.add_argument("--no-naive", action="store_true", help="skip naive attention in decode/prefill")
+    p.add_argument("--no-fp8", action="store_true", help="skip the FP8-KV decode contender")
+    p.add_argument("--rep-ms", type=arg_type(REP_MS),
+                   help=f"do_bench repetition time per measurement ({help_range(REP_MS)})")
+    p.add_argument("--eager", action="store_true", help="decode: time plain calls, no CUDA graphs")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> SweepConfig:
+    cfg = SweepConfig.quick() if args.quick else SweepConfig()
+    changes: dict[str, object] = {}
+    if args.only != "all":
+        changes.update(run_decode=args.only == "decode", run_prefill=args.only == "prefill",
+                       run_memory=args.only == "memory")
+    if args.long_context is not None:
+        changes["b1_long_contexts"] = tuple(c for c in args.long_context if c > 0)
+    for option, fld in (("batch", "decode_batches"), ("context", "decode_contexts"), ("heads", "decode_heads"),
+                        ("block_size", "block_size"), ("prefill_n", "prefill_ns"), ("memory_n", "memory_ns"),
+                        ("rep_ms", "rep_ms")):
+        if getattr(args, option):
+            changes[fld] = getattr(args, option)
+    for flag, fld in (("no_naive", "naive"), ("no_fp8", "decode_fp8"), ("eager", "cuda_graphs")):
+        if getattr(args, flag):
+            changes[fld] = False
+    return replace(cfg, **changes)
+
+
+def _run(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.bench: no CUDA GPU here; the benchmark needs one (tests run the kernels "
+              "under the Triton interpreter instead).", file=sys.stderr)
+        return 2
+    command = shlex.join([sys.executable, "-m", "kernels.bench", *argv])
+
+    def show(ev: ProgressEvent) -> None:
+        print(f"[{ev.done}/{ev.total}] {ev.message}", file=sys.stderr, flush=True)
+
+    report = run_sweep(config_from_args(args), progress=show, command=command)
+    print(format_report(report))
+    if args.json:
+        path = write_bench_json(report, args.json)
+        print(f"\nwrote {path}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_cli(PROG, lambda: _run(argv))

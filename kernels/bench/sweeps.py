@@ -1,0 +1,311 @@
+"""Benchmark sweeps: which shapes run, one shape's contenders, the memory series, the whole run.
+
+The app's live page calls the same functions (``bench_decode_shape``, ``bench_prefill_shape``,
+``bench_memory_point``, ``measure_ceilings``) with a progress callback and renders the frozen
+records they return; ``python -m kernels.bench`` runs :func:`run_sweep`.
+
+Every contender gets the same shape in the same run; its output is checked against the
+float32 reference on a subset of the batch (max abs error recorded). Nothing runs at import.
+The progress callback may raise to cancel a sweep; memory is freed as the exception unwinds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kernels.runtime import ensure_triton_backend
+
+ensure_triton_backend()  # before the kernel modules: the interpreter is chosen at decoration
+
+import torch  # noqa: E402
+
+from kernels.bench.contenders import (  # noqa: E402
+    DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs,
+)
+from kernels.bench.records import (  # noqa: E402
+    SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement, MemoryPoint,
+    PrefillResult, PrefillShape, compute_targets,
+)
+from kernels.bench.timing import (  # noqa: E402
+    Rotation, environment, free_cuda_memory, is_oom, measure, measure_ceilings, rotations,
+)
+from kernels.flash_forward import flash_attention_forward  # noqa: E402
+from kernels.paged_decode import default_config, default_num_splits  # noqa: E402
+from kernels.reference import naive_attention, naive_attention_native  # noqa: E402
+from kernels.theory import decode_kv_bytes, prefill_flops  # noqa: E402
+from units import cdiv  # noqa: E402
+
+__all__ = ["SweepConfig", "ProgressEvent", "ProgressFn", "decode_shapes", "prefill_shapes", "bench_decode_shape",
+           "bench_prefill_shape", "bench_memory_point", "naive_memory_skipped", "run_sweep", "measure_ceilings",
+           "environment"]
+
+ERR_CHECK_SEQS = 2  # sequences (first and last of the batch) checked against the fp32 reference
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepConfig:
+    """Which shapes and contenders a sweep runs (defaults: the full benchmark sweep)."""
+
+    decode_batches: tuple[int, ...] = (1, 8, 32, 128)
+    decode_contexts: tuple[int, ...] = (1024, 4096, 16384, 32768)
+    b1_long_contexts: tuple[int, ...] = (131072,)  # extra contexts for batch 1 only
+    decode_heads: tuple[tuple[int, int], ...] = ((32, 8), (64, 8))  # Llama-3-8B, Llama-3-70B
+    head_dim: int = 128
+    block_size: int = 16
+    dtype: str = "bf16"
+    decode_fp8: bool = True
+    prefill_ns: tuple[int, ...] = (1024, 4096, 8192, 16384)
+    prefill_heads: tuple[int, int] = (32, 32)  # query, KV heads
+    prefill_tokens: int = 16384  # batch = max(1, prefill_tokens // N): same work per N
+    prefill_causal: tuple[bool, ...] = (True, False)
+    memory_ns: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
+    memory_heads: int = 32
+    naive: bool = True
+    run_decode: bool = True
+    run_prefill: bool = True
+    run_memory: bool = True
+    warmup_ms: float = 10.0
+    rep_ms: float = 40.0
+    cuda_graphs: bool = True  # decode: time CUDA-graph replays (eager figure kept alongside)
+
+    @classmethod
+    def quick(cls) -> "SweepConfig":
+        """A short sweep for the app: a few decode shapes, two prefill sizes, no 32K memory point."""
+        return cls(decode_batches=(1, 32), decode_contexts=(4096, 32768), b1_long_contexts=(),
+                   decode_heads=((32, 8),), prefill_ns=(1024, 4096), memory_ns=(1024, 4096, 8192),
+                   rep_ms=25.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProgressEvent:
+    done: int  # steps finished
+    total: int
+    message: str  # what runs next (or "done")
+
+
+ProgressFn = Callable[[ProgressEvent], None]
+
+
+def decode_shapes(config: SweepConfig) -> tuple[DecodeShape, ...]:
+    shapes = []
+    for hq, hkv in config.decode_heads:
+        for batch in config.decode_batches:
+            contexts = config.decode_contexts + (config.b1_long_contexts if batch == 1 else ())
+            for ctx in contexts:
+                shapes.append(DecodeShape(batch=batch, context=ctx, n_q_heads=hq, n_kv_heads=hkv,
+                                          head_dim=config.head_dim, block_size=config.block_size,
+                                          dtype=config.dtype))
+    return tuple(shapes)
+
+
+def prefill_shapes(config: SweepConfig) -> tuple[PrefillShape, ...]:
+    hq, hkv = config.prefill_heads
+    return tuple(
+        PrefillShape(batch=max(1, config.prefill_tokens // n), seq_len=n, n_q_heads=hq, n_kv_heads=hkv,
+                     head_dim=config.head_dim, causal=causal, dtype=config.dtype)
+        for causal in config.prefill_causal for n in config.prefill_ns
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Decode
+# ----------------------------------------------------------------------------------------------
+
+
+def _decode_inputs(shape: DecodeShape, n_rot: int, seed: int) -> DecodeInputs:
+    """Random KV in one pool, ``n_rot`` sets of queries and tables, and the fp32 reference."""
+    dev, dtype = torch.device("cuda"), DTYPES[shape.dtype]
+    b, L, hq, hkv, d, bs = (shape.batch, shape.context, shape.n_q_heads, shape.n_kv_heads,
+                            shape.head_dim, shape.block_size)
+    blocks_per_seq = cdiv(L, bs)
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    num_blocks = n_rot * b * blocks_per_seq
+    k = torch.randn(num_blocks, hkv, bs, d, device=dev, dtype=dtype, generator=gen)
+    v = torch.randn(num_blocks, hkv, bs, d, device=dev, dtype=dtype, generator=gen)
+    # Every rotation's tables are a random slice of one permutation of the pool: blocks of a
+    # sequence are scattered, as an allocator serving many requests leaves them.
+    perm = torch.randperm(num_blocks, device=dev, generator=gen).to(torch.int32)
+    q = torch.randn(n_rot, b, hq, d, device=dev, dtype=dtype, generator=gen)
+    x = DecodeInputs(shape=shape, q=q, k=k, v=v, tables=perm.reshape(n_rot, b, blocks_per_seq),
+                     lens=torch.full((b,), L, dtype=torch.int32, device=dev), rot=Rotation(n_rot),
+                     check_rows=sorted({0, b - 1})[:ERR_CHECK_SEQS])
+    x.ref = x.reference(k, v)
+    return x
+
+
+def _bench_decode_contender(c: DecodeContender, x: DecodeInputs, m_args: dict) -> Measurement:
+    """Prepare (if needed), build and time one contender; a failed preparation is its record."""
+    work = c.work(x.shape)
+    prepared = None
+    if c.prepare is not None:
+        try:
+            prepared = c.prepare(x)
+        except Exception as exc:  # noqa: BLE001 - usually out of memory: this contender's record
+            free_cuda_memory()
+            return Measurement(contender=c.name, status="oom" if is_oom(exc) else "error", unit="TB/s", work=work,
+                               note=f"building {c.prepares}: {type(exc).__name__}: {str(exc)[:200]}")
+    timed = c.build(x, prepared)
+    args = m_args if c.graph else dict(m_args, graph_calls=0)
+    return measure(c.name, timed.run, work=work, check=timed.check, **args)
+
+
+def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepConfig = SweepConfig(),
+                       contenders: Sequence[str] | None = None, seed: int = 0) -> DecodeResult:
+    """Time every decode contender on one shape (same KV values for all of them)."""
+    wanted = set(contenders) if contenders is not None else {
+        "triton_paged", "gather_sdpa", *SDPA_BACKENDS, *(("triton_paged_fp8",) if config.decode_fp8 else ()),
+        *(("naive",) if config.naive else ())}
+    b, L, hkv, d = shape.batch, shape.context, shape.n_kv_heads, shape.head_dim
+    kv_bytes = decode_kv_bytes(b, L, hkv, d, 2)
+    free, _ = torch.cuda.mem_get_info()
+    n_rot = rotations(kv_bytes, free)
+    m_args = dict(measured_ceiling=ceilings.copy_tbps, datasheet_ceiling=ceilings.datasheet_tbps,
+                  warmup_ms=config.warmup_ms, rep_ms=config.rep_ms, unit="TB/s",
+                  graph_calls=n_rot if config.cuda_graphs else 0)
+    cfg = default_config(d, DTYPES[shape.dtype])
+    splits = default_num_splits(b, hkv, cdiv(L, shape.block_size) * shape.block_size, cfg.block_n,
+                                torch.cuda.get_device_properties(torch.device("cuda")).multi_processor_count)
+    results: list[Measurement] = []
+    x = None
+    try:
+        x = _decode_inputs(shape, n_rot, seed)
+        for name, contender in DECODE.items():  # the table's order is the report's
+            if name in wanted:
+                results.append(_bench_decode_contender(contender, x, m_args))
+    finally:
+        if x is not None:
+            x.state.clear()
+        x = None
+        free_cuda_memory()
+    return DecodeResult(shape=shape, num_splits=splits, kv_bytes=kv_bytes, measurements=tuple(results))
+
+
+# ----------------------------------------------------------------------------------------------
+# Prefill and memory
+# ----------------------------------------------------------------------------------------------
+
+
+def bench_prefill_shape(shape: PrefillShape, ceilings: Ceilings, *, config: SweepConfig = SweepConfig(),
+                        contenders: Sequence[str] | None = None, seed: int = 0) -> PrefillResult:
+    """Time the tiled forward kernel, the SDPA backends and naive attention on one prefill shape."""
+    wanted = list(contenders) if contenders is not None else [
+        "triton_flash", *SDPA_BACKENDS, *(("naive",) if config.naive else ())]
+    dev = torch.device("cuda")
+    dtype = DTYPES[shape.dtype]
+    b, n, hq, hkv, d = shape.batch, shape.seq_len, shape.n_q_heads, shape.n_kv_heads, shape.head_dim
+    flops = prefill_flops(b, n, hq, d, shape.causal)
+    m_args = dict(measured_ceiling=ceilings.matmul_tflops, datasheet_ceiling=ceilings.datasheet_tflops,
+                  warmup_ms=config.warmup_ms, rep_ms=config.rep_ms, unit="TFLOP/s")
+    gen = torch.Generator(device=dev).manual_seed(seed)
+    results: list[Measurement] = []
+    try:
+        x = PrefillInputs(shape=shape, q=torch.randn(b, hq, n, d, device=dev, dtype=dtype, generator=gen),
+                          k=torch.randn(b, hkv, n, d, device=dev, dtype=dtype, generator=gen),
+                          v=torch.randn(b, hkv, n, d, device=dev, dtype=dtype, generator=gen))
+        # fp32 reference on the first batch entry and up to 2 query heads (N x N fp32 per head)
+        heads = min(2, hq)
+        kv_heads = cdiv(heads, hq // hkv)
+        ref = naive_attention(x.q[:1, :heads], x.k[:1, :kv_heads], x.v[:1, :kv_heads], causal=shape.causal)
+
+        def err_of(out: torch.Tensor) -> tuple[float, str]:
+            return float((out[:1, :heads].float() - ref).abs().max()), f"vs fp32 naive, batch 0 heads 0..{heads - 1}"
+
+        for c in wanted:
+            run = (lambda c=c: PREFILL[c].run(x))
+            results.append(measure(c, run, work=flops, check=lambda run=run: err_of(run()), **m_args))
+    finally:
+        x = None
+        free_cuda_memory()
+    return PrefillResult(shape=shape, flops=flops, measurements=tuple(results))
+
+
+def bench_memory_point(seq_len: int, contender: str, *, n_heads: int = 32, head_dim: int = 128,
+                       batch: int = 1, dtype: str = "bf16", warmup_ms: float = 5.0,
+                       rep_ms: float = 30.0) -> MemoryPoint:
+    """Peak device memory above the inputs, and time, of naive or tiled attention at one N."""
+    fn = naive_attention_native if contender == "naive" else flash_attention_forward
+    common = dict(seq_len=seq_len, batch=batch, n_heads=n_heads, head_dim=head_dim, contender=contender)
+    dev, dt = torch.device("cuda"), DTYPES[dtype]
+    try:
+        q = torch.randn(batch, n_heads, seq_len, head_dim, device=dev, dtype=dt)
+        k, v = torch.randn_like(q), torch.randn_like(q)
+        m = measure(contender, lambda: fn(q, k, v, causal=False), unit="", work=0.0, measured_ceiling=None,
+                    datasheet_ceiling=1.0, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    except Exception as exc:  # noqa: BLE001 - allocating the inputs themselves failed
+        m = Measurement(contender=contender, status="oom" if is_oom(exc) else "error", note=str(exc)[:200])
+    finally:
+        q = k = v = None
+        free_cuda_memory()
+    return MemoryPoint(status=m.status, peak_bytes=m.peak_bytes, median_ms=m.median_ms, note=m.note, **common)
+
+
+def naive_memory_skipped(seq_len: int, *, n_heads: int, head_dim: int) -> MemoryPoint:
+    """The record of a naive memory point not run because naive ran out at a smaller N."""
+    return MemoryPoint(seq_len=seq_len, batch=1, n_heads=n_heads, head_dim=head_dim, contender="naive",
+                       status="skipped", note="out of memory at a smaller N")
+
+
+# ----------------------------------------------------------------------------------------------
+# Sweep
+# ----------------------------------------------------------------------------------------------
+
+
+class _Steps:
+    """Counts the steps of a run and reports each to the progress callback before it starts."""
+
+    def __init__(self, total: int, progress: ProgressFn | None) -> None:
+        self.total, self.done, self.progress = total, 0, progress
+
+    def tick(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(ProgressEvent(done=self.done, total=self.total, message=message))
+        self.done += 1
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress(ProgressEvent(done=self.total, total=self.total, message="done"))
+
+
+def _memory_series(points: list[tuple[int, str]], config: SweepConfig, steps: _Steps) -> tuple[MemoryPoint, ...]:
+    memory: list[MemoryPoint] = []
+    naive_oom = False
+    for n, c in points:
+        steps.tick(f"memory N={n} {c}")
+        if c == "naive" and naive_oom:  # it ran out at a smaller N already
+            memory.append(naive_memory_skipped(n, n_heads=config.memory_heads, head_dim=config.head_dim))
+            continue
+        point = bench_memory_point(n, c, n_heads=config.memory_heads, head_dim=config.head_dim, dtype=config.dtype)
+        naive_oom |= c == "naive" and point.status == "oom"
+        memory.append(point)
+    return tuple(memory)
+
+
+def run_sweep(config: SweepConfig = SweepConfig(), *, progress: ProgressFn | None = None,
+              command: str = "kernels.bench.run_sweep()") -> BenchReport:
+    """Ceilings, then every decode shape, prefill shape and memory point of ``config``.
+
+    ``progress`` is called before each step with a ``ProgressEvent``; it may raise to cancel.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("the benchmark needs a CUDA GPU (kernels run under the interpreter otherwise)")
+    dshapes = decode_shapes(config) if config.run_decode else ()
+    pshapes = prefill_shapes(config) if config.run_prefill else ()
+    mpoints = [(n, c) for n in config.memory_ns for c in ("naive", "triton_flash")] if config.run_memory else []
+    steps = _Steps(1 + len(dshapes) + len(pshapes) + len(mpoints), progress)
+    steps.tick("ceilings: copy bandwidth and bf16 matmul")
+    ceilings = measure_ceilings()
+    decode: list[DecodeResult] = []
+    for s in dshapes:
+        steps.tick(f"decode {s.label}")
+        decode.append(bench_decode_shape(s, ceilings, config=config))
+    prefill: list[PrefillResult] = []
+    for s in pshapes:
+        steps.tick(f"prefill {s.label}")
+        prefill.append(bench_prefill_shape(s, ceilings, config=config))
+    memory = _memory_series(mpoints, config, steps)
+    steps.finish()
+    decode_t, prefill_t = tuple(decode), tuple(prefill)
+    return BenchReport(schema=SCHEMA, schema_version=SCHEMA_VERSION, provenance=environment(command),
+                       ceilings=ceilings, decode=decode_t, prefill=prefill_t, memory=memory,
+                       targets=compute_targets(decode_t, prefill_t))

@@ -1,0 +1,56 @@
+"""How far each kernel's output may lie from the float32 reference: one table, with the reasons.
+
+Used by the kernel tests, the live page's interpreter check and the GPU check scripts, so a
+bound is stated once. Entries are ``(kernel, dtype)``; ``atol`` is the max abs error allowed,
+``rtol`` the relative part where the check uses ``torch.testing.assert_close`` (0 otherwise).
+Outputs are softmax-weighted averages of N(0, 1) values, so of size <= ~3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Tolerance", "TOLERANCES", "tolerance"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    atol: float
+    rtol: float = 0.0
+    why: str
+
+
+TOLERANCES: dict[tuple[str, str], Tolerance] = {
+    ("paged_decode", "bf16"): Tolerance(atol=2e-2, why=(
+        "bf16 keeps 8 significant bits: the output cast alone is 2^-8 relative (~1e-2 at |out| ~ 3), "
+        "and on the GPU P is rounded to bf16 before the P.V tensor-core dot")),
+    ("paged_decode", "fp16"): Tolerance(atol=4e-3, why=(
+        "fp16 keeps 11 bits: ~8x tighter than bf16 for the same two roundings")),
+    ("paged_decode", "fp8"): Tolerance(atol=3e-2, why=(
+        "FP8 KV with a bf16 query, against the reference on the dequantised stored values: "
+        "quantisation error is not counted; what remains is the query/P roundings to bf16 (as for "
+        "bf16) and the scale products")),
+    ("paged_decode", "fp8 KV (fp16 q)"): Tolerance(atol=4e-3, why=(
+        "FP8 KV with an fp16 query, against the dequantised reference: only fp16 roundings remain "
+        "(as for fp16)")),
+    ("flash_forward", "bf16"): Tolerance(atol=3e-2, rtol=3e-2, why=(
+        "the output is rounded once to bf16 (2^-8 relative) and on the GPU P is rounded to bf16 "
+        "before P.V; the interpreter's fp32 -> bf16 cast rounds differently from the GPU's, which "
+        "can cost a full bf16 ulp. Outputs are O(1), so atol ~ rtol")),
+    ("flash_forward", "fp16"): Tolerance(atol=4e-3, rtol=4e-3, why=(
+        "the same two roundings in fp16 (2^-11 relative)")),
+    ("flash_forward_lse", "fp32"): Tolerance(atol=1e-3, rtol=1e-4, why=(
+        "the log-sum-exp never leaves float32: scores are exact products summed in float32, then "
+        "exp2/log2 (the GPU's approximate ex2 is accurate to ~2 ulp); only summation order differs")),
+    ("naive_native", "bf16"): Tolerance(atol=3e-2, rtol=3e-2, why=(
+        "naive attention in bf16 rounds S, P and the output to bf16: a few 2^-8 roundings of "
+        "values of order 1")),
+}
+
+
+def tolerance(kernel: str, dtype: str) -> Tolerance:
+    """The bound for ``kernel`` (``"paged_decode"``, ``"flash_forward"``, ...) at ``dtype``."""
+    try:
+        return TOLERANCES[(kernel, dtype)]
+    except KeyError:
+        raise KeyError(f"no tolerance for {kernel} at {dtype}; known: {sorted(TOLERANCES)}") from None

@@ -1,0 +1,147 @@
+"""What the fragmentation explorer computes, one call per view, from typed settings.
+
+The page turns its widgets into the settings below and draws what these functions return; every
+number it shows is computed here (seeding included, so that a link reproduces a view exactly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from simulation.block_table import BlockTableDemo, TokenAddress, block_table_demo, demo_pool_blocks
+from simulation.memory import GIB, KvBudget
+from simulation.sharing import SharingResult, beam_search, parallel_sampling, prefix_caching
+from simulation.snapshot import (BlockSizeSweep, PolicyRow, SnapshotConfig, SnapshotResult,
+                                 compare_policies, run_snapshot, sweep_block_sizes)
+from simulation.timeline import Allocation, TimelineConfig, TimelineResult, run_timeline
+from simulation.traces import TRACES_DIR, load_trace_csv, shipped_trace_names
+from simulation.workloads import Fixed, LogNormal, TotalLengthSpec, Uniform, Workload, poisson_arrivals, preset
+
+# Kinds of workload source: four synthetic length distributions, a preset, a shared trace, an upload.
+SYNTHETIC_KINDS = ("lognormal", "lognormal-quantiles", "uniform", "fixed")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkloadSettings:
+    """Where the requests come from. ``low``/``high`` are the uniform range, or the median and P90
+    for ``lognormal-quantiles``; ``name`` is the preset's or the shared trace's."""
+
+    kind: str
+    mean: float = 2048.0
+    sigma: float = 0.5
+    low: int = 1024
+    high: int = 3072
+    length: int = 2048
+    prompt_share: float = 0.5
+    n: int = 10_000
+    seed: int = 0
+    name: str = ""
+
+
+def build_workload(settings: WorkloadSettings, upload: bytes | None = None) -> Workload:
+    """The requests ``settings`` describe (``upload``: the CSV's bytes for kind ``upload``)."""
+    rng = np.random.default_rng(settings.seed)
+    if settings.kind == "upload":
+        return load_trace_csv(upload or b"", name="uploaded trace")
+    if settings.kind == "trace":
+        if settings.name not in shipped_trace_names():  # only a listed file, never a typed path
+            raise ValueError(f"unknown trace {settings.name[:40]!r}")
+        return load_trace_csv(TRACES_DIR / settings.name)
+    if settings.kind == "preset":
+        return preset(settings.name).spec.generate(settings.n, rng)
+    lengths = {"lognormal": lambda: LogNormal(mean=settings.mean, sigma=settings.sigma),
+               "lognormal-quantiles": lambda: LogNormal.from_median_p90(
+                   median=settings.low, p90=max(settings.low, settings.high)),
+               "uniform": lambda: Uniform(low=settings.low, high=max(settings.low, settings.high)),
+               "fixed": lambda: Fixed(length=settings.length)}[settings.kind]()
+    return TotalLengthSpec(lengths=lengths, prompt_fraction=settings.prompt_share).generate(settings.n, rng)
+
+
+def budget_from_gib(gib: float, per_token_bytes: int) -> KvBudget:
+    """The slots of ``gib`` GiB at ``per_token_bytes`` (at least one token's worth)."""
+    return KvBudget.from_bytes(total_bytes=max(int(gib * GIB), per_token_bytes), per_token_bytes=per_token_bytes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotView:
+    """The snapshot tab: the headline comparison, every policy, and the block-size sweep."""
+
+    result: SnapshotResult
+    rows: tuple[PolicyRow, ...]
+    sweep: BlockSizeSweep
+
+
+def snapshot_view(workload: Workload, config: SnapshotConfig, seed: int) -> SnapshotView:
+    """Snapshot figures for the explorer. The moments' draw (random progress) is seeded apart from
+    the workload's, and identically for the headline figures and the policy comparison, so that
+    both describe the same instant."""
+    return SnapshotView(result=run_snapshot(workload, config, np.random.default_rng(seed + 1)),
+                        rows=compare_policies(workload, config, np.random.default_rng(seed + 1)),
+                        sweep=sweep_block_sizes(workload, max_context=config.max_context))
+
+
+def timeline_view(workload: Workload, config: TimelineConfig, *, rate: float | None, seed: int,
+                  progress: Callable[[float], None] | None = None) -> TimelineResult:
+    """The over-time run: Poisson arrivals at ``rate`` (seeded apart from the workload), or the
+    trace's own arrival times when ``rate`` is None."""
+    if rate is not None:
+        workload = workload.with_arrivals(poisson_arrivals(workload.size, rate, np.random.default_rng(seed + 2)))
+    return run_timeline(workload, config, progress=progress)
+
+
+def allocator_configs(config: TimelineConfig) -> tuple[TimelineConfig, ...]:
+    """``config`` once per allocator, for the side-by-side comparison."""
+    return tuple(replace(config, allocation=allocation) for allocation in Allocation)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SharingSettings:
+    """The sharing tab's scenarios (tokens); beams decode as many steps as each sample's output."""
+
+    prompt: int = 500
+    samples: int = 4
+    output: int = 200
+    width: int = 4
+    system: int = 1000
+    requests: int = 20
+    user: int = 300
+
+
+def sharing_view(settings: SharingSettings, *, block_size: int, seed: int) -> tuple[SharingResult, ...]:
+    """Parallel sampling, beam search and a shared system prompt, with and without sharing."""
+    return (parallel_sampling(prompt_tokens=settings.prompt, output_tokens=np.full(settings.samples, settings.output),
+                              block_size=block_size),
+            beam_search(prompt_tokens=settings.prompt, width=settings.width, steps=settings.output,
+                        block_size=block_size, rng=np.random.default_rng(seed)),
+            prefix_caching(system_prompt_tokens=settings.system, user_tokens=np.full(settings.requests, settings.user),
+                           block_size=block_size))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockTableSettings:
+    """The block-table demo: sequences on one prompt after some decode steps."""
+
+    block_size: int = 4
+    sequences: int = 3
+    prompt: int = 10
+    steps: int = 3
+    shared: bool = True
+
+
+def block_table_view(settings: BlockTableSettings, *, token_bytes: int | None, seed: int,
+                     row_blocks: int) -> tuple[BlockTableDemo, int]:
+    """The demo and its pool size (whole rows of ``row_blocks`` blocks, as the page draws it)."""
+    pool_blocks = demo_pool_blocks(block_size=settings.block_size, prompt_tokens=settings.prompt,
+                                   sequences=settings.sequences, steps=settings.steps, row_blocks=row_blocks)
+    demo = block_table_demo(block_size=settings.block_size, prompt_tokens=settings.prompt,
+                            sequences=settings.sequences, steps=settings.steps, shared_prompt=settings.shared,
+                            num_blocks=pool_blocks, token_bytes=token_bytes, rng=np.random.default_rng(seed))
+    return demo, pool_blocks
+
+
+def token_address(demo: BlockTableDemo, sequence: int, position: int) -> TokenAddress:
+    """Where token ``position`` of ``sequence`` lives in the demo's pool."""
+    return demo.manager.address(sequence, position)

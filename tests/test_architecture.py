@@ -1,0 +1,94 @@
+"""The layout's rules, checked from the code itself (docs/ARCHITECTURE.md states them)."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from pathlib import Path
+
+import pytest
+
+from support.paths import ROOT
+
+# Which project packages each package may import; standard library and third-party modules
+# are checked separately (streamlit/plotly only above the libraries).
+ALLOWED = {
+    "inputs": set(),
+    "units": set(),
+    "hardware": {"inputs", "units"},
+    "sizing": {"hardware", "inputs", "units"},
+    "simulation": {"inputs", "units"},
+    "kernels": {"hardware", "inputs", "units"},
+    "planner": {"sizing", "simulation", "kernels", "hardware", "inputs", "units"},
+    "ui": {"sizing", "simulation", "kernels", "planner", "hardware", "inputs", "units"},
+    "pages": {"ui", "sizing", "simulation", "kernels", "planner", "hardware", "inputs", "units"},
+}
+PROJECT = set(ALLOWED) | {"scripts", "benchmarks", "tests", "support"}
+LIBRARIES = ("inputs", "units", "hardware", "sizing", "simulation", "kernels", "planner")
+MAX_MODULE_LINES = 600
+MAX_PAGE_LINES = 300
+
+
+def _code_files() -> list[Path]:
+    files = [ROOT / "app.py", ROOT / "units.py"]
+    for package in ALLOWED:
+        if (ROOT / package).is_dir():
+            files += sorted((ROOT / package).rglob("*.py"))
+    files += sorted((ROOT / "scripts").rglob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
+    return files
+
+
+def _package(path: Path) -> str:
+    relative = path.relative_to(ROOT)
+    return relative.parts[0].removesuffix(".py")
+
+
+def _imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+CODE_FILES = _code_files()
+
+
+@pytest.mark.parametrize("path", [p for p in CODE_FILES if _package(p) in ALLOWED], ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down_the_layers(path):
+    package = _package(path)
+    project_imports = (_imported_roots(path) & PROJECT) - {package}
+    assert project_imports <= ALLOWED[package], f"{package} may not import {project_imports - ALLOWED[package]}"
+    if package in LIBRARIES:
+        assert not _imported_roots(path) & {"streamlit", "plotly"}, "libraries never import streamlit or plotly"
+
+
+@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_modules_stay_small(path):
+    lines = len(path.read_text().splitlines())
+    limit = MAX_PAGE_LINES if _package(path) == "pages" and not path.name.startswith("_") else MAX_MODULE_LINES
+    assert lines <= limit, f"{lines} lines (at most {limit})"
+
+
+_HISTORY = re.compile(r"\b[Ii]ssue \d+|\bsession \d+|DESIGN\.md|\.\./shared|\bshared/data\b")
+
+
+@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_comments_say_why_not_where_from(path):
+    """No comment or docstring names an issue, a session or a file outside the repository."""
+    source = path.read_text()
+    texts = [tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type in (tokenize.COMMENT, tokenize.STRING)]
+    offenders = [t.strip()[:80] for t in texts if _HISTORY.search(t)]
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("path", [p for p in CODE_FILES if _package(p) not in ("scripts", "benchmarks")],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sys_path_edits_in_the_app_or_libraries(path):
+    assert "sys.path" not in path.read_text()

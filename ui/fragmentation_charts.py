@@ -1,0 +1,190 @@
+"""Plotly figures and tables of the fragmentation explorer (drawing only; the numbers come from
+:mod:`simulation.explorer`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from simulation.block_table import BlockTableDemo
+from simulation.memory import GIB, KvBudget, MemoryBreakdown
+from simulation.sharing import SharingResult
+from simulation.snapshot import BlockSizeSweep, PolicyRow, SnapshotResult
+from simulation.timeline import TimelineResult
+from units import best_unit, to_unit
+
+POOL_COLUMNS = 16  # blocks per row in the block-table view's picture of the pool
+POOL_FREE_COLOUR, POOL_SHARED_COLOUR = "#eeeeee", "#7f7f7f"
+SEQUENCE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")  # one per demo sequence (≤ 4)
+# Figure-2 colours: tokens blue, reservation amber, internal red, external purple, free grey.
+COLOURS = {"token_states": "#1f77b4", "reservation": "#f0a202", "internal_fragmentation": "#d62728",
+           "external_fragmentation": "#9467bd", "free": "#d9d9d9"}
+LABELS = {"token_states": "token states", "reservation": "reservation",
+          "internal_fragmentation": "internal fragmentation",
+          "external_fragmentation": "external fragmentation", "free": "free"}
+
+
+def picture_figure(result: SnapshotResult) -> go.Figure:
+    """The first requests stored both ways, on the same scale (the reference page's picture)."""
+    picture = result.picture
+    rows = np.arange(1, picture.tokens.size + 1)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.03,
+                        subplot_titles=("Contiguous: reserve the context", "Paged: blocks as needed"))
+    fig.add_bar(y=rows, x=picture.tokens, orientation="h", name="tokens", marker_color=COLOURS["token_states"],
+                row=1, col=1)
+    fig.add_bar(y=rows, x=picture.contiguous_slots - picture.tokens, orientation="h",
+                name="reserved but empty", marker_color=COLOURS["reservation"], row=1, col=1)
+    fig.add_bar(y=rows, x=picture.tokens, orientation="h", name="tokens", showlegend=False,
+                marker_color=COLOURS["token_states"], row=1, col=2)
+    fig.add_bar(y=rows, x=picture.paged_slots - picture.tokens, orientation="h",
+                name="empty end of last block", marker_color=COLOURS["internal_fragmentation"], row=1, col=2)
+    top = float(picture.contiguous_slots.max())
+    fig.update_xaxes(range=[0, top], title_text="token slots")  # the same scale both ways
+    fig.update_yaxes(autorange="reversed", title_text="request", row=1, col=1)
+    fig.update_layout(barmode="stack", height=520, margin=dict(t=40, b=10),
+                      legend=dict(orientation="h", y=-0.12))
+    return fig
+
+
+def sweep_figure(sweep: BlockSizeSweep) -> go.Figure:
+    """Simulated paged waste against block size, beside the (B − 1)/2 expectation."""
+    fig = go.Figure()
+    fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_mean, mode="lines+markers", name="simulated")
+    fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_expected, mode="lines",
+                    line=dict(dash="dash"), name="expected (B − 1)/2 ≈ B/2")
+    fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=sweep.block_sizes, tickangle=0)
+    fig.update_yaxes(title_text="empty slots per sequence (tokens)")
+    fig.update_layout(height=380, margin=dict(t=40, b=10), title="Paged waste against block size",
+                      legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def breakdown_figure(names: list[str], breakdowns: list[MemoryBreakdown], title: str) -> go.Figure:
+    """Stacked shares of the budget per scheme, in the paper's figure-2 categories."""
+    fig = go.Figure()
+    shares = [asdict(b.fractions()) for b in breakdowns]
+    for part, colour in COLOURS.items():
+        fig.add_bar(y=names, x=[100 * s[part] for s in shares], orientation="h", name=LABELS[part],
+                    marker_color=colour)
+    fig.update_layout(barmode="stack", height=380, title=title, margin=dict(t=40, b=10),
+                      xaxis_title="% of the KV budget", legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def timeline_figures(result: TimelineResult, budget_tokens: int) -> tuple[go.Figure, go.Figure, go.Figure]:
+    """Memory over time, batch/queue/preemptions, and the histogram of waits."""
+    series = result.series
+    memory = go.Figure()
+    for part in COLOURS:
+        memory.add_scatter(x=series.time_s, y=100 * getattr(series, part) / budget_tokens, name=LABELS[part],
+                           stackgroup="memory", mode="none", fillcolor=COLOURS[part])
+    memory.update_layout(height=360, margin=dict(t=30, b=10), xaxis_title="time (s)",
+                         yaxis_title="% of the KV budget", title="KV memory over time")
+    load = make_subplots(specs=[[{"secondary_y": True}]])
+    load.add_scatter(x=series.time_s, y=series.batch_size, name="running batch")
+    load.add_scatter(x=series.time_s, y=series.queue_length, name="queue")
+    load.add_scatter(x=series.time_s, y=series.preemptions, name="preemptions (cumulative)",
+                     line=dict(dash="dot"), secondary_y=True)
+    load.update_layout(height=360, margin=dict(t=30, b=10), title="Batch, queue and preemptions",
+                       legend=dict(orientation="h", y=-0.3))
+    load.update_xaxes(title_text="time (s)")
+    load.update_yaxes(title_text="requests", rangemode="tozero", secondary_y=False)
+    load.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=True)
+    wait = go.Figure(go.Histogram(x=result.wait_s[np.isfinite(result.wait_s)], nbinsx=60))
+    wait.update_layout(height=300, margin=dict(t=30, b=10), title="Each request's wait",
+                       xaxis_title="wait from arrival to admission (s)", yaxis_title="requests")
+    return memory, load, wait
+
+
+def pool_figure(demo: BlockTableDemo, pool_blocks: int) -> go.Figure:
+    """The physical pool as a grid: free, held by one sequence (its colour), or shared."""
+    columns = POOL_COLUMNS
+    sequences = len(demo.tables)
+    # Categories: 0 free, 1..n the sequence holding the block alone, n + 1 shared.
+    category = np.zeros(pool_blocks)
+    text = ["free"] * pool_blocks
+    for sequence, table in enumerate(demo.tables):
+        for logical, physical in enumerate(table):
+            shared = demo.ref_count[physical] > 1
+            category[physical] = sequences + 1 if shared else sequence + 1
+            owner = "shared" if shared else f"seq {sequence}"
+            text[physical] = f"#{physical}<br>{owner} L{logical}<br>ref {demo.ref_count[physical]}"
+    colours = [POOL_FREE_COLOUR, *SEQUENCE_COLOURS[:sequences], POOL_SHARED_COLOUR]
+    steps = len(colours)
+    scale = [stop for i, colour in enumerate(colours) for stop in ((i / steps, colour), ((i + 1) / steps, colour))]
+    fig = go.Figure(go.Heatmap(
+        z=category.reshape(-1, columns), text=np.asarray(text, dtype=object).reshape(-1, columns),
+        texttemplate="%{text}", showscale=False, colorscale=scale, zmin=-0.5, zmax=steps - 0.5,
+        hoverinfo="text", xgap=2, ygap=2))
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_layout(height=70 * (pool_blocks // columns) + 40, margin=dict(t=10, b=10))
+    return fig
+
+
+def sharing_figure(table: pd.DataFrame, block_size: int) -> go.Figure:
+    """Peak blocks per scenario, without and with sharing."""
+    fig = go.Figure()
+    fig.add_bar(x=table["scenario"], y=table["blocks without sharing"], name="without sharing",
+                marker_color=COLOURS["free"])
+    fig.add_bar(x=table["scenario"], y=table["blocks with sharing"], name="with sharing",
+                marker_color=COLOURS["token_states"])
+    fig.update_layout(barmode="group", height=340, margin=dict(t=30, b=10),
+                      yaxis_title=f"peak blocks of {block_size} tokens")
+    return fig
+
+
+# ---- tables and captions -------------------------------------------------------------------------
+def policy_table(rows: tuple[PolicyRow, ...]) -> pd.DataFrame:
+    """One row per scheme of the snapshot's policy comparison."""
+    return pd.DataFrame([{
+        "scheme": r.name, "requests that fit": r.summary.fit, "utilisation": r.summary.utilisation,
+        "empty slots per request": r.summary.waste_tokens_mean,
+        **{LABELS[k]: v for k, v in asdict(r.summary.breakdown.fractions()).items()},
+        "token share of used memory": r.summary.breakdown.token_share_of_used,
+    } for r in rows])
+
+
+def allocator_table(runs: list[tuple[str, TimelineResult]]) -> pd.DataFrame:
+    """One row per allocator of the over-time comparison."""
+    return pd.DataFrame([{
+        "allocator": name, "completed": r.completed, "mean batch": r.mean_batch_size,
+        "token share of used memory": r.breakdown.token_share_of_used,
+        "preemptions": r.preemptions, "mean wait (s)": r.mean_wait_s} for name, r in runs])
+
+
+def sharing_table(results: tuple[SharingResult, ...]) -> pd.DataFrame:
+    """One row per sharing scenario."""
+    return pd.DataFrame([{"scenario": r.scenario, "blocks without sharing": r.blocks_without_sharing,
+                          "blocks with sharing": r.blocks_with_sharing, "saved": r.saved_fraction,
+                          "copy-on-write copies": r.copies_on_write} for r in results])
+
+
+def block_tables(demo: BlockTableDemo) -> pd.DataFrame:
+    """Each demo sequence's block table and reference counts."""
+    return pd.DataFrame([{"sequence": s, "tokens": demo.lengths[s],
+                          "block table (logical → physical)": " ".join(f"{i}→{b}" for i, b in enumerate(t)),
+                          "ref counts": " ".join(str(demo.ref_count[b]) for b in t)}
+                         for s, t in enumerate(demo.tables)])
+
+
+def event_log(demo: BlockTableDemo, last: int = 12) -> pd.DataFrame:
+    """The demo's last ``last`` bookkeeping events."""
+    return pd.DataFrame([asdict(e) for e in demo.events[-last:]])
+
+
+def format_bytes(count: float) -> str:
+    """Bytes in the largest binary unit that keeps the number ≥ 1 (at most GiB), two decimals."""
+    unit = best_unit(count, largest="GiB")
+    return f"{count:,.0f} B" if unit == "B" else f"{to_unit(count, unit):,.2f} {unit}"
+
+
+def budget_caption(budget: KvBudget) -> str:
+    """The budget in slots, and in GiB and GB when bytes per token are known."""
+    if budget.bytes is None:
+        return f"{budget.tokens:,} token slots"
+    return f"{budget.tokens:,} token slots = {budget.bytes / GIB:,.2f} GiB ({budget.bytes / 1e9:,.1f} GB)"

@@ -1,0 +1,244 @@
+"""The fragmentation explorer's URL-backed controls: every field with its range, and the sidebar.
+
+Each range is also the widget's range, and it is chosen so that the slowest view any link can ask
+for (the over-time run, four allocators compared, the token-by-token sharing scenarios) still
+renders in a couple of seconds: a link is input like any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from inputs.bounds import Bound
+from inputs.errors import InputError
+from inputs.uploads import upload_bytes
+from simulation.allocators import AddressSpace
+from simulation.explorer import BlockTableSettings, SharingSettings, WorkloadSettings, budget_from_gib
+from simulation.memory import KvBudget
+from simulation.policies import ReservationPolicy
+from simulation.timeline import Allocation, Preemption
+from simulation.traces import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, shipped_trace_names
+from simulation.workloads import PRESETS, preset
+from ui.handoff import latest
+from ui.url_state import ChoiceField, FlagField, NumberField, PageState
+
+PAGE = "frag"
+SYNTHETIC = {"Log-normal": "lognormal", "Log-normal (median, P90)": "lognormal-quantiles",
+             "Uniform": "uniform", "Fixed": "fixed"}
+UPLOAD = "Upload a CSV"
+# Defaults: the reference page's problem 4 (506 GB of KV at 160 KiB per token ≈ 471.25 GiB).
+DEFAULT_GIB = 471.25
+DEFAULT_PER_TOKEN_BYTES = 160 * 1024
+CONTEXTS = tuple(1 << k for k in range(10, 18))  # 1K … 128K tokens
+BLOCK_SIZES = tuple(1 << k for k in range(9))   # 1 … 256 tokens
+DEMO_BLOCK_SIZES = (2, 4, 8, 16)
+MAX_LENGTH = 32_768  # tokens per request of the synthetic distributions
+# Requests drawn: four allocators over time on 10,000 requests at the largest batch and budget
+# take about 2.5 s on a 2-core machine, 20,000 twice that.
+MAX_REQUESTS = 10_000
+# The sharing scenarios run token by token: at these caps and 1-token blocks they take ~1 s.
+MAX_SHARE_TOKENS = 2_000  # prompt and system prompt tokens
+MAX_SHARE_OWN = 1_000  # own tokens per request sharing the system prompt
+MAX_SHARE_OUTPUT = 500  # output tokens per sample, and beam-search steps
+BUDGET_MODES = {"sizer": "From the sizer", "gib": "GiB and bytes per token", "tokens": "Tokens"}
+
+
+def _tokens(field: str, high: int, low: int = 1) -> Bound:
+    return Bound(field=field, low=low, high=high, integer=True, unit="tokens")
+
+
+MEAN = Bound(field="mean", low=16, high=MAX_LENGTH, integer=True, unit="tokens")
+SIGMA = Bound(field="sigma", low=0, high=2)
+LENGTH = _tokens("length", MAX_LENGTH)
+PROMPT_SHARE = Bound(field="prompt", low=0.05, high=0.95)
+REQUESTS = Bound(field="n", low=100, high=MAX_REQUESTS, integer=True, unit="requests")
+SEED = Bound(field="seed", low=0, high=2**31 - 1, integer=True)
+GIB = Bound(field="gib", low=0.001, high=100_000, unit="GiB")
+PER_TOKEN = Bound(field="ptb", low=1, high=100 * 2**20, integer=True, unit="bytes")
+TOKENS = _tokens("tokens", 10**10)
+PROGRESS = Bound(field="progress", low=0, high=100, integer=True, unit="%")
+RATE = Bound(field="rate", low=0.01, high=10_000, unit="requests/s")
+STEP_MS = Bound(field="step", low=1, high=1000, unit="ms")
+PREFILL = Bound(field="prefill", low=100, high=10**7, unit="tokens/s")
+BATCH = Bound(field="batch", low=1, high=4096, integer=True, unit="requests")
+SHARE_PROMPT = _tokens("sprompt", MAX_SHARE_TOKENS)
+SAMPLES = Bound(field="n_out", low=1, high=64, integer=True)
+SHARE_OUTPUT = _tokens("sout", MAX_SHARE_OUTPUT)
+BEAM = Bound(field="beam", low=1, high=16, integer=True)
+SYSTEM = _tokens("system", MAX_SHARE_TOKENS)
+SHARE_REQUESTS = Bound(field="sreq", low=1, high=100, integer=True, unit="requests")
+USER = _tokens("user", MAX_SHARE_OWN, low=0)
+BT_SEQUENCES = Bound(field="bts", low=1, high=4, integer=True)
+BT_PROMPT = _tokens("btp", 40)
+BT_STEPS = Bound(field="btt", low=0, high=40, integer=True)
+BT_SEQUENCE = Bound(field="btq", low=0, high=BT_SEQUENCES.high - 1, integer=True)
+BT_POSITION = Bound(field="btpos", low=0, high=BT_PROMPT.high + BT_STEPS.high - 1, integer=True)
+
+
+def sources() -> tuple[str, ...]:
+    """Every workload source the selectbox offers."""
+    return (tuple(SYNTHETIC) + tuple(f"Preset: {p.name}" for p in PRESETS)
+            + tuple(f"Trace: {name}" for name in shipped_trace_names()) + (UPLOAD,))
+
+
+def page_state() -> PageState:
+    """The page's fields; the budget, context and block defaults follow the sizer's hand-off
+    unless the URL names a budget."""
+    handoff = latest()
+    url_has_budget = any(k in st.query_params for k in ("budget", "tokens", "gib", "ptb"))
+    modes = (("sizer",) if handoff else ()) + ("gib", "tokens")
+    context = handoff.max_context if handoff and handoff.max_context in CONTEXTS else 32_768
+    block = handoff.block_size if handoff and handoff.block_size in BLOCK_SIZES else 16
+    n, f, c = NumberField, FlagField, ChoiceField
+    return PageState(PAGE, [
+        c("src", "source", "Log-normal", sources()), n("mean", "mean", 2048, MEAN), n("sigma", "sigma", 0.5, SIGMA),
+        n("median", "median", 1412, LENGTH), n("p90", "p90", 3000, LENGTH), n("low", "low", 1024, LENGTH),
+        n("high", "high", 3072, LENGTH), n("length", "length", 2048, LENGTH),
+        n("prompt", "prompt_share", 0.5, PROMPT_SHARE), n("n", "n", 10_000, REQUESTS), n("seed", "seed", 0, SEED),
+        c("budget", "budget_mode", "sizer" if handoff and not url_has_budget else "gib", modes),
+        n("gib", "gib", DEFAULT_GIB, GIB), n("ptb", "ptb", DEFAULT_PER_TOKEN_BYTES, PER_TOKEN),
+        n("tokens", "tokens", 3_088_378, TOKENS), c("ctx", "context", context, CONTEXTS),
+        c("block", "block", block, BLOCK_SIZES), c("space", "space", "buddy", [a.value for a in AddressSpace]),
+        c("policy", "policy", "max", [p.value for p in ReservationPolicy]), f("random", "random", False),
+        n("progress", "progress", 100, PROGRESS),
+        c("alloc", "allocator", "paged", [a.value for a in Allocation]),
+        c("preempt", "preempt", "recompute", [p.value for p in Preemption]), f("tarr", "trace_arrivals", True),
+        n("rate", "rate", 5.0, RATE), n("step", "step_ms", 25.0, STEP_MS), n("prefill", "prefill", 30_000.0, PREFILL),
+        n("batch", "max_batch", 256, BATCH), f("compare", "compare", False),
+        n("sprompt", "share_prompt", 500, SHARE_PROMPT), n("n_out", "samples", 4, SAMPLES),
+        n("sout", "share_output", 200, SHARE_OUTPUT), n("beam", "beam", 4, BEAM), n("system", "system", 1000, SYSTEM),
+        n("sreq", "share_requests", 20, SHARE_REQUESTS), n("user", "user", 300, USER),
+        c("btb", "bt_block", 4, DEMO_BLOCK_SIZES), n("bts", "bt_sequences", 3, BT_SEQUENCES),
+        n("btp", "bt_prompt", 10, BT_PROMPT), n("btt", "bt_steps", 3, BT_STEPS), f("btsh", "bt_shared", True),
+        n("btq", "bt_seq", 0, BT_SEQUENCE), n("btpos", "bt_pos", 0, BT_POSITION),
+    ])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sidebar:
+    """What the sidebar chose: the workload, the upload's bytes, the budget and the geometry."""
+
+    source: str
+    workload: WorkloadSettings
+    upload: bytes | None
+    upload_error: str | None
+    budget: KvBudget
+    max_context: int
+    block_size: int
+    address_space: str
+
+
+def _number(state: PageState, label: str, name: str, bound: Bound, **kwargs):
+    """A number input over ``bound``'s range (ints for whole-number bounds, floats otherwise)."""
+    kind = int if bound.integer else float
+    return st.number_input(label, kind(bound.low), kind(bound.high), key=state.key(name), **kwargs)
+
+
+def _range_slider(state: PageState, label: str, key: str, low: str, high: str) -> tuple[int, int]:
+    """A two-ended slider whose ends are the URL fields ``low`` and ``high``."""
+    if state.key(key) not in st.session_state:
+        st.session_state[state.key(key)] = (state.value(low), state.value(high))
+    chosen = st.slider(label, 1, MAX_LENGTH, key=state.key(key))
+    st.session_state[state.key(low)], st.session_state[state.key(high)] = chosen
+    return chosen
+
+
+def _workload_controls(state: PageState) -> tuple[str, WorkloadSettings, bytes | None, str | None]:
+    source = st.selectbox("Request lengths", sources(), key=state.key("source"))
+    kind = SYNTHETIC.get(source) or ("preset" if source.startswith("Preset: ")
+                                     else "trace" if source.startswith("Trace: ") else "upload")
+    chosen: dict = {"kind": kind, "name": source.partition(": ")[2] if kind in ("preset", "trace") else ""}
+    upload = error = None
+    if kind == "lognormal":
+        chosen["mean"] = float(st.slider("Mean tokens per request", MEAN.low, MEAN.high, step=16, key=state.key("mean")))
+        chosen["sigma"] = st.slider("Spread (log-normal sigma)", 0.0, 2.0, step=0.05, key=state.key("sigma"))
+    elif kind == "lognormal-quantiles":
+        chosen["low"], chosen["high"] = _range_slider(state, "Median and P90 tokens per request", "quantiles",
+                                                      "median", "p90")
+    elif kind == "uniform":
+        chosen["low"], chosen["high"] = _range_slider(state, "Tokens per request (range)", "range", "low", "high")
+    elif kind == "fixed":
+        chosen["length"] = st.slider("Tokens per request", 1, MAX_LENGTH, key=state.key("length"))
+    elif kind == "preset":
+        chosen_preset = preset(chosen["name"])
+        st.caption(f"{chosen_preset.source}; {chosen_preset.assumption}.")
+    elif kind == "upload":
+        file = st.file_uploader(f"Trace CSV (prompt and output token columns, optional arrival "
+                                f"times; at most {DEFAULT_MAX_ROWS:,} rows)", type=None, key=state.key("upload"))
+        try:  # the uploader's bytes only, capped: an upload is never a path
+            upload = upload_bytes(file.getvalue(), DEFAULT_MAX_BYTES, field="trace") if file else None
+        except InputError as err:
+            error = err.message
+    if kind in SYNTHETIC.values():
+        chosen["prompt_share"] = st.slider("Prompt share of each request", 0.05, 0.95, step=0.05,
+                                           key=state.key("prompt_share"),
+                                           help="An assumption: synthetic lengths are totals.")
+    chosen["n"] = int(_number(state, "Requests to draw", "n", REQUESTS, step=1000,
+                              disabled=kind in ("trace", "upload")))
+    chosen["seed"] = int(_number(state, "Seed", "seed", SEED))
+    return source, WorkloadSettings(**chosen), upload, error
+
+
+def _budget_controls(state: PageState) -> KvBudget:
+    handoff = latest()
+    modes = (("sizer",) if handoff else ()) + ("gib", "tokens")
+    mode = st.radio("Budget", modes, format_func=BUDGET_MODES.get, key=state.key("budget_mode"))
+    if mode == "sizer":
+        st.info(f":material/input: From the sizer: {handoff.summary}")
+        return KvBudget.from_bytes(total_bytes=handoff.kv_budget_bytes, per_token_bytes=handoff.per_token_bytes)
+    if mode == "gib":
+        gib = _number(state, "KV budget (GiB)", "gib", GIB, format="%.3f")
+        per_token = int(_number(state, "KV bytes per token (all layers)", "ptb", PER_TOKEN))
+        return budget_from_gib(gib, per_token)
+    return KvBudget(tokens=int(_number(state, "KV budget (tokens)", "tokens", TOKENS)))
+
+
+def sidebar(state: PageState) -> Sidebar:
+    """Draw the sidebar and return its choices."""
+    with st.sidebar:
+        st.header(":material/dataset: Workload")
+        source, workload, upload, error = _workload_controls(state)
+        st.header(":material/memory: KV budget")
+        budget = _budget_controls(state)
+        max_context = st.select_slider("Maximum context (tokens)", CONTEXTS, key=state.key("context"))
+        block_size = st.select_slider("Block size (tokens)", BLOCK_SIZES, key=state.key("block"))
+        address_space = st.radio("Contiguous allocator", [a.value for a in AddressSpace], key=state.key("space"),
+                                 horizontal=True, format_func={"buddy": "Buddy", "first-fit": "First fit"}.get,
+                                 help="Buddy (the PagedAttention paper's Orca baselines) rounds each "
+                                      "reservation up to a power of two; first fit does not.")
+    return Sidebar(source=source, workload=workload, upload=upload, upload_error=error, budget=budget,
+                   max_context=max_context, block_size=block_size, address_space=address_space)
+
+
+def sharing_settings(state: PageState) -> SharingSettings:
+    """The sharing tab's inputs."""
+    cols = st.columns(4)
+    prompt = int(cols[0].number_input("Prompt tokens", 1, SHARE_PROMPT.high, key=state.key("share_prompt")))
+    samples = int(cols[1].number_input("Parallel samples n", 1, SAMPLES.high, key=state.key("samples")))
+    output = int(cols[2].number_input("Output tokens per sample", 1, SHARE_OUTPUT.high, key=state.key("share_output")))
+    width = int(cols[3].number_input("Beam width k", 1, BEAM.high, key=state.key("beam")))
+    cols = st.columns(3)
+    system = int(cols[0].number_input("Shared system prompt tokens", 1, SYSTEM.high, key=state.key("system")))
+    requests = int(cols[1].number_input("Requests sharing it", 1, SHARE_REQUESTS.high, key=state.key("share_requests")))
+    user = int(cols[2].number_input("Own tokens per request", 0, USER.high, key=state.key("user")))
+    return SharingSettings(prompt=prompt, samples=samples, output=output, width=width, system=system,
+                           requests=requests, user=user)
+
+
+def block_table_settings(state: PageState) -> BlockTableSettings:
+    """The block-table tab's demo inputs."""
+    cols = st.columns(5)
+    block = cols[0].select_slider("Block size", DEMO_BLOCK_SIZES, key=state.key("bt_block"))
+    sequences = cols[1].slider("Sequences", 1, BT_SEQUENCES.high, key=state.key("bt_sequences"))
+    prompt = cols[2].slider("Prompt tokens", 1, BT_PROMPT.high, key=state.key("bt_prompt"))
+    steps = cols[3].slider("Decode steps so far", 0, BT_STEPS.high, key=state.key("bt_steps"))
+    shared = cols[4].toggle("Share the prompt (fork)", key=state.key("bt_shared"))
+    return BlockTableSettings(block_size=block, sequences=sequences, prompt=prompt, steps=steps, shared=shared)
+
+
+def clamp_to(state: PageState, name: str, highest: int) -> None:
+    """Lower field ``name`` to ``highest`` before its widget is drawn (its range depends on others)."""
+    if state.value(name) > highest:
+        st.session_state[state.key(name)] = highest

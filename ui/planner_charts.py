@@ -1,0 +1,71 @@
+"""Plotly figures and the table of the capacity planner page: throughput and TPOT against batch
+(server view), decode step against seconds of history (edge view), the allocators side by side."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from planner.capacity import CapacityPlan
+from planner.edge import EdgePlan, HistoryPoint
+
+CONTIGUOUS_COLOUR, PAGED_COLOUR = "#f5a623", "#d0021b"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    """Seconds as milliseconds for a metric, "—" when there is no figure."""
+    return "—" if seconds is None else f"{seconds * 1e3:,.1f} ms"
+
+
+def allocator_rows(plan: CapacityPlan) -> list[dict]:
+    """One table row per allocator: what fits, the operating batch and what binds it."""
+    return [
+        {"allocator": a.fit.label, "sequences that fit": a.memory_batch,
+         "KV utilisation": f"{a.fit.utilisation:.1%}", "operating batch": a.batch,
+         "TPOT": fmt_ms(None if a.step is None else a.step.step_s),
+         "tokens/s per GPU": round(a.tokens_per_s_per_gpu),
+         "users per GPU": round(a.users_per_gpu, 1), "users per node": round(a.users_per_node),
+         "binding limit": a.binding_limit}
+        for a in (plan.contiguous, plan.paged)
+    ]
+
+
+def server_figure(plan: CapacityPlan) -> go.Figure:
+    """Tokens/s per GPU and TPOT against batch, the allocators' operating points marked."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(
+        "Throughput per GPU against batch", "Time per output token against batch"))
+    batches = [p.batch for p in plan.curve]
+    figure.add_trace(go.Scatter(x=batches, y=[p.tokens_per_s_per_gpu for p in plan.curve],
+                                mode="lines+markers", name="tokens/s per GPU"), row=1, col=1)
+    figure.add_trace(go.Scatter(x=batches, y=[p.tpot_s * 1e3 for p in plan.curve],
+                                mode="lines+markers", name="TPOT (ms)"), row=1, col=2)
+    for allocator, colour in ((plan.contiguous, CONTIGUOUS_COLOUR), (plan.paged, PAGED_COLOUR)):
+        if allocator.batch >= 1:
+            for col in (1, 2):
+                figure.add_vline(x=allocator.batch, line_dash="dot", line_color=colour,
+                                 row=1, col=col)
+            figure.add_trace(go.Scatter(
+                x=[allocator.batch], y=[allocator.tokens_per_s_per_gpu], mode="markers",
+                marker=dict(size=12, color=colour), name=allocator.fit.label), row=1, col=1)
+    if plan.tpot_target_s is not None:
+        figure.add_hline(y=plan.tpot_target_s * 1e3, line_dash="dash", line_color="red",
+                         row=1, col=2)
+    figure.update_xaxes(type="log", title_text="batch (sequences)")
+    figure.update_yaxes(title_text="tokens/s per GPU", row=1, col=1)
+    figure.update_yaxes(title_text="ms", row=1, col=2)
+    figure.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
+    return figure
+
+
+def edge_figure(edge: EdgePlan, curve: tuple[HistoryPoint, ...]) -> go.Figure:
+    """Decode step (batch 1) against seconds of camera history, with the two limits."""
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(x=[p.history_s for p in curve], y=[p.step_s * 1e3 for p in curve],
+                                mode="lines", name="decode step (ms)"))
+    figure.add_hline(y=edge.workload.control_step_s * 1e3, line_dash="dash",
+                     line_color="red", annotation_text="control-step budget")
+    figure.add_vline(x=edge.history_s, line_dash="dot", line_color="#4a90e2",
+                     annotation_text="memory limit")
+    figure.update_layout(height=380, xaxis_title="seconds of camera history",
+                         yaxis_title="decode step (ms)")
+    return figure
