@@ -17,9 +17,9 @@ from units import GB, TB
 # Upper bound for a custom entry: 100 TB of memory on one device rejects typos (MB entered as GB).
 MAX_CUSTOM_MEMORY_GB = 100_000
 # A custom device's figures, checked at every boundary (widget, URL, CLI option, library call).
-CUSTOM_MEMORY_GB = Bound(field="gpu_memory_gb", low=0, low_open=True, high=MAX_CUSTOM_MEMORY_GB, unit="GB")
-CUSTOM_BANDWIDTH_TBS = Bound(field="gpu_bandwidth_tbs", low=0, low_open=True, high=10_000, unit="TB/s")
-CUSTOM_BF16_TFLOPS = Bound(field="gpu_bf16_tflops", low=0, low_open=True, high=1_000_000, unit="TFLOP/s")
+CUSTOM_MEMORY_GB = Bound(field="gpu_memory_gb", low=0.001, high=MAX_CUSTOM_MEMORY_GB, unit="GB")
+CUSTOM_BANDWIDTH_TBS = Bound(field="gpu_bandwidth_tbs", low=0.001, high=10_000, unit="TB/s")
+CUSTOM_BF16_TFLOPS = Bound(field="gpu_bf16_tflops", low=0.001, high=1_000_000, unit="TFLOP/s")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,7 +49,7 @@ class Bound:
         """``text`` as a number in range. Accepts ``1_000``, ``1,000`` and, for whole numbers,
         ``2e3`` or ``40.0``; refuses anything else with :class:`InputError`."""
         raw = str(text).strip().replace("_", "").replace(",", "")
-        if len(raw) > _MAX_TEXT_CHARS:
+        if len(raw) > _MAX_TEXT_CHARS or not raw.isascii():  # float() would take "１２" or "٣"
             raise self._error(text)
         try:
             value = float(raw)

@@ -45,7 +45,7 @@ CONTEXT = Bound(field="context", low=2, high=10_000_000, integer=True, unit="tok
 MAX_CONTEXT = Bound(field="max_context", low=2, high=10_000_000, integer=True, unit="tokens")
 MEAN = Bound(field="mean", low=2, high=10_000_000, unit="tokens")
 SIGMA = Bound(field="sigma", low=0, low_open=True, high=4)
-EFFICIENCY = Bound(field="efficiency", low=0, low_open=True, high=1)
+EFFICIENCY = Bound(field="efficiency", low=0.01, high=1)  # below 1 % of the datasheet is no working GPU
 TPOT_MS = Bound(field="tpot_ms", low=0, low_open=True, high=10_000_000, unit="ms")
 TTFT_MS = Bound(field="ttft_ms", low=0, low_open=True, high=10_000_000, unit="ms")
 RATE = Bound(field="rate", low=0, low_open=True, high=1_000_000, unit="requests/s")

@@ -56,7 +56,7 @@ KV_HEADS = Bound(field="kv_heads", low=1, high=65_536, integer=True)
 HEAD_DIM = Bound(field="head_dim", low=1, high=65_536, integer=True)
 PARAMS = Bound(field="params", low=1, high=10**15, integer=True, unit="parameters")
 GROUP_SIZE = Bound(field="group_size", low=0, high=1_048_576, integer=True, unit="values")
-USABLE = Bound(field="usable", low=0, low_open=True, high=1)
+USABLE = Bound(field="usable", low=0.01, high=1)  # under 1 % of memory holds no model
 TP = Bound(field="tp", low=1, high=1024, integer=True, unit="GPUs")
 N_GPUS = Bound(field="gpus", low=1, high=1_000_000, integer=True, unit="GPUs")
 GPUS_PER_NODE = Bound(field="gpus_per_node", low=1, high=1024, integer=True, unit="GPUs")

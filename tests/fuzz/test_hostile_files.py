@@ -64,27 +64,24 @@ def _fed_forever(path: str, stop: threading.Event) -> None:
             fifo.write(chunk)
 
 
-def _peak_rss_run(argv: list[str]) -> tuple[int, str, int, float]:
-    """Run ``python argv`` from the project root; (exit code, stderr, peak RSS bytes, seconds).
+# Runs the CLI as its child and prints the child's peak RSS (KiB). A small wrapper is needed:
+# a child forked straight from pytest (torch loaded) would count pytest's pages in its peak.
+_RSS_WRAPPER = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(done.returncode)
+"""
 
-    The child is reaped with ``os.wait4``, which returns its own resource usage (peak RSS
-    included); a timer kills it if it outlives :data:`MAX_SECONDS`.
-    """
+
+def _peak_rss_run(argv: list[str]) -> tuple[int, str, int, float]:
+    """Run ``python argv`` from the project root; (exit code, stderr, peak RSS bytes, seconds)."""
     start = time.monotonic()
-    with open(os.devnull, "wb") as devnull:
-        err_path = f"/tmp/kvx-fuzz-{os.getpid()}-{threading.get_ident()}.err"
-        with open(err_path, "wb") as err_file:
-            proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=devnull, stderr=err_file,
-                                    env=dict(os.environ, PYTHONPATH=str(ROOT)))
-            killer = threading.Timer(MAX_SECONDS, proc.kill)
-            killer.start()
-            _, status, usage = os.wait4(proc.pid, 0)
-            killer.cancel()
-            proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-    with open(err_path, "rb") as err_file:
-        stderr = err_file.read().decode(errors="replace")
-    os.unlink(err_path)
-    return proc.returncode, stderr, usage.ru_maxrss * 1024, time.monotonic() - start
+    done = subprocess.run([sys.executable, "-c", _RSS_WRAPPER, sys.executable, *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=MAX_SECONDS,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    rss_kib = int(done.stdout.strip().splitlines()[-1])
+    return done.returncode, done.stderr, rss_kib * 1024, time.monotonic() - start
 
 
 @pytest.fixture

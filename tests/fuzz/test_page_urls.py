@@ -71,7 +71,7 @@ def test_every_parameter_out_of_range_at_once_is_ignored_with_a_notice(page):
 
 
 @pytest.mark.parametrize("page", PAGES)
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                 HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_random_links_render(page, data):
