@@ -38,3 +38,22 @@ def test_requirements_pin_triton_with_torch():
     # torch 2.13.0's CUDA wheel on PyPI requires triton 3.7.1 exactly: a mismatched pin
     # would make `pip install -r requirements.txt` unresolvable for real users.
     assert pins["torch"] == "2.13.0" and pins["triton"] == "3.7.1"
+
+
+def test_the_readme_cli_examples_run_and_print_strict_json():
+    """Every scripting example except the GPU harness runs from a fresh clone and prints JSON."""
+    import json
+    import shlex
+    import subprocess
+    import sys
+
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("## Scripting", 1)[1].split("```text", 1)[1].split("```", 1)[0]
+    examples = [line for line in block.strip().splitlines() if not line.startswith("python -m kernels.bench")]
+    assert len(examples) == 4
+    for line in examples:
+        argv = shlex.split(line)
+        assert argv[:2] == ["python", "-m"]
+        done = subprocess.run([sys.executable, *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, (line, done.stderr[-500:])
+        json.loads(done.stdout, parse_constant=lambda name: (_ for _ in ()).throw(AssertionError(name)))
