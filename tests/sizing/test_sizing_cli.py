@@ -127,7 +127,7 @@ def test_help_states_the_ranges(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "1 to 10,000,000 tokens" in text and "above 0 and at most 1" in text
+    assert "1 to 10,000,000 tokens" in text and "0.01 to 1" in text
 
 
 def test_subprocess_exit_codes():
