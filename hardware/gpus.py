@@ -4,6 +4,11 @@ from the vendor's datasheet or product page (``source``).
 
 Memory stays in vendor GB here; :mod:`units` converts. A device whose memory is shared
 with the CPU (Jetson) is flagged: its "HBM" also holds the operating system and everything else.
+
+What an engine sees is not the vendor's figure: ``nvidia-smi`` reports a total in MiB
+(``driver_total_mib``; H200: 143,771 MiB for a "141 GB" part) and ``cudaMemGetInfo`` — the
+total vLLM multiplies by ``gpu_memory_utilization`` — reports less again (``cuda_total_bytes``). Both are kept per GPU
+with where each came from; ``None`` where no measurement is known.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from dataclasses import dataclass
 
 from inputs.bounds import Bound
 from inputs.errors import InputError
-from units import GB, TB
+from units import GB, MiB, TB
 
 # Upper bound for a custom entry: 100 TB of memory on one device rejects typos (MB entered as GB).
 MAX_CUSTOM_MEMORY_GB = 100_000
@@ -34,6 +39,24 @@ class GPU:
     source: str
     shared_memory: bool = False  # memory shared with the CPU (unified memory)
     note: str = ""
+    driver_total_mib: int | None = None  # nvidia-smi's memory.total
+    cuda_total_bytes: int | None = None  # cudaMemGetInfo's total (torch.cuda.mem_get_info()[1])
+    driver_source: str = ""  # where the two driver-side figures come from
+
+    @property
+    def engine_total_bytes(self) -> int:
+        """Total memory as an engine sees it: ``cudaMemGetInfo``'s total when known, else
+        ``nvidia-smi``'s, else the vendor figure (:attr:`engine_total_measured` says which)."""
+        if self.cuda_total_bytes is not None:
+            return self.cuda_total_bytes
+        if self.driver_total_mib is not None:
+            return self.driver_total_mib * MiB
+        return self.memory_bytes
+
+    @property
+    def engine_total_measured(self) -> bool:
+        """Whether :attr:`engine_total_bytes` is a driver measurement (not the vendor's GB)."""
+        return self.cuda_total_bytes is not None or self.driver_total_mib is not None
 
     @property
     def memory_bytes(self) -> int:
@@ -51,13 +74,20 @@ class GPU:
 
 _CATALOGUE: tuple[GPU, ...] = (
     GPU(id="h100-sxm", name="H100 SXM", memory_gb=80, bandwidth_tbs=3.35, bf16_tflops=989,
-        source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,979 TFLOPS BF16 with sparsity)"),
+        source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,979 TFLOPS BF16 with sparsity)",
+        driver_total_mib=81_559, cuda_total_bytes=85_061_827_297,  # 79.22 GiB
+        driver_source="nvidia-smi memory.total 81,559 MiB on 80 GB H100s; CUDA total 79.22 GiB as vLLM logs "
+                      "it (total_gpu_memory, rounded to 0.01 GiB) in "
+                      "https://github.com/vllm-project/vllm/pull/10511"),
     GPU(id="h100-pcie", name="H100 PCIe", memory_gb=80, bandwidth_tbs=2.0, bf16_tflops=756,
         source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,513 TFLOPS BF16 with sparsity)"),
     GPU(id="h100-nvl", name="H100 NVL", memory_gb=94, bandwidth_tbs=3.9, bf16_tflops=835,
         source="https://www.nvidia.com/en-us/data-center/h100/ (datasheet: 1,671 TFLOPS BF16 with sparsity)"),
     GPU(id="h200", name="H200 SXM", memory_gb=141, bandwidth_tbs=4.8, bf16_tflops=989,
-        source="https://www.nvidia.com/en-us/data-center/h200/ (datasheet: 1,979 TFLOPS BF16 with sparsity)"),
+        source="https://www.nvidia.com/en-us/data-center/h200/ (datasheet: 1,979 TFLOPS BF16 with sparsity)",
+        driver_total_mib=143_771, cuda_total_bytes=150_109_880_320,
+        driver_source="measured on an H200 (driver 580.159.04): nvidia-smi memory.total 143,771 MiB; "
+                      "torch.cuda.mem_get_info() total 150,109,880,320 B = 139.80 GiB"),
     GPU(id="a100-40gb", name="A100 40GB SXM", memory_gb=40, bandwidth_tbs=1.555, bf16_tflops=312,
         source="https://www.nvidia.com/en-us/data-center/a100/ (datasheet)"),
     GPU(id="a100-80gb", name="A100 80GB SXM", memory_gb=80, bandwidth_tbs=2.039, bf16_tflops=312,

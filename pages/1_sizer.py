@@ -22,6 +22,7 @@ from sizing.models import ModelShape
 from sizing.precisions import PRECISION_NAMES, get_precision
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from sizing.report import SizingReport, SizingRequest, size_deployment
+from ui.engine_view import ENGINE_FIELDS, engine_controls, render_engine
 from ui.handoff import publish
 from ui.router import run_through_router
 from ui.sizer_view import render_report
@@ -59,6 +60,7 @@ FIELDS = (
     NumberField("ngpu", "n_gpus", 8, F.N_GPUS),
     ChoiceField("block", "block_size", 16, BLOCK_CHOICES),
     ChoiceField("units", "units", "GiB (binary)", tuple(UNIT_SYSTEMS)),
+    *ENGINE_FIELDS,
 )
 DEFAULTS = {field.key: field.default for field in FIELDS}
 
@@ -222,6 +224,7 @@ with controls:
     precision_controls(state)
     workload_slot = workload_controls(state)
     gpu, hardware_slot = hardware_controls(state)
+    engine_controls(state)
 state.sync()
 
 # Each field the library may refuse, and the slot beside its widget.
@@ -246,3 +249,4 @@ with results:
         st.caption(":material/history: Showing the last valid results; correct the input marked in red "
                    "to update them.")
     render_report(report, UNIT_SYSTEMS[state.value("units")])
+    render_engine(request or last_valid(), report, state)

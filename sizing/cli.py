@@ -36,12 +36,16 @@ from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
+from sizing.engine.capacity import plan_engine
+from sizing.engine.cli import ENGINE_OPTION_FOR_FIELD, add_engine_arguments, engine_request_from_args, format_engine
 from sizing.errors import ConfigError
 from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
 from sizing.models import ModelShape
-from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, Precision, get_precision
+from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, WEIGHT_FORMAT_NAMES, Precision, get_precision
+from sizing.catalogue import catalogue_records, find_entry, get_entry, search_catalogue
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset, presets
+from sizing.weights import AUTO, resolve_weight_precision
 from sizing.report import SizingReport, SizingRequest, size_deployment
 from units import GiB, UnitSystem, both, format_bytes
 
@@ -68,7 +72,7 @@ KV_BUDGET_GIB = Bound(field="kv_budget_gib", low=0, high=1_000_000, unit="GiB")
 # Library field -> the option that sets it, so errors raised deep in the library still name
 # what the user typed.
 _OPTION_FOR_FIELD = {
-    "model": "--model", "config": "--config", "layers": "--layers", "q_heads": "--q-heads",
+    "model": "--model", "config": "--config", "model_source": "--model-id", "layers": "--layers", "q_heads": "--q-heads",
     "kv_heads": "--kv-heads", "head_dim": "--head-dim", "params": "--params",
     "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
     "kv_dtype_group_size": "--kv-group-size", "weight_dtype_group_size": "--weight-group-size",
@@ -128,6 +132,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"preset id (default {DEFAULT_PRESET}): {', '.join(PRESET_IDS)}")
     source.add_argument("--config", type=Path, metavar="PATH",
                         help=f"a Hugging Face config.json (at most {MAX_CONFIG_BYTES:,} bytes)")
+    source.add_argument("--model-id", type=_model_id, metavar="ORG/NAME",
+                        help="a catalogue id or Hugging Face repo id (e.g. Qwen/Qwen3-32B); "
+                             "see `python -m sizing models`")
     group.add_argument("--layers", type=arg_type(LAYERS), metavar="N", help=_help("transformer layers", LAYERS))
     group.add_argument("--q-heads", type=arg_type(Q_HEADS), metavar="N", help=_help("query (attention) heads", Q_HEADS))
     group.add_argument("--kv-heads", type=arg_type(KV_HEADS), metavar="N",
@@ -143,8 +150,10 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     names = "{" + ",".join(PRECISION_NAMES) + "}"
     group.add_argument("--kv-dtype", type=choice(PRECISION_NAMES), default="bf16", metavar=names,
                        help="KV-cache precision (default bf16)")
-    group.add_argument("--weight-dtype", type=choice(PRECISION_NAMES), default="bf16", metavar=names,
-                       help="weight precision (default bf16)")
+    weight_names = (*WEIGHT_FORMAT_NAMES, AUTO)
+    group.add_argument("--weight-dtype", type=choice(weight_names), default=None,
+                       metavar="{" + ",".join(weight_names) + "}",
+                       help="weight format (default bf16; with --model-id: auto, the model's quantization_config)")
     for what, option in (("KV values", "--kv-group-size"), ("weights", "--weight-group-size")):
         group.add_argument(option, type=arg_type(GROUP_SIZE), default=DEFAULT_GROUP_SIZE, metavar="N",
                            help=_help(f"{what} per fp16 scale for int formats; 0: no scales "
@@ -183,8 +192,9 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), default=DEFAULT_BLOCK_SIZE, metavar="N",
                        help=_help(f"tokens per KV block (default {DEFAULT_BLOCK_SIZE}, as vLLM)", BLOCK_SIZE))
     group.add_argument("--kv-budget-gib", type=arg_type(KV_BUDGET_GIB), metavar="X",
-                       help=_help("a KV budget in GiB: prints kv_capacity_tokens (whole blocks) and "
-                                  "max_concurrency", KV_BUDGET_GIB))
+                       help=_help("a KV budget in GiB over the whole TP group (all its GPUs together): prints "
+                                  "kv_capacity_tokens (whole blocks) and max_concurrency; for vLLM's per-GPU "
+                                  "figure use --kv-budget-gib-per-gpu", KV_BUDGET_GIB))
 
 
 def _epilog() -> str:
@@ -205,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_precision_arguments(parser)
     add_workload_arguments(parser)
     add_hardware_arguments(parser)
+    add_engine_arguments(parser)
     return parser
 
 
@@ -213,7 +224,9 @@ def model_from_args(args: argparse.Namespace) -> ModelShape:
     """The model the options describe: a preset, a config.json (read with a size cap) or a
     manual shape; manual options given with a preset or config override its fields."""
     manual = {name: getattr(args, name) for name in _MANUAL_OPTIONS if getattr(args, name) is not None}
-    if args.config is not None:
+    if getattr(args, "model_id", None) is not None:
+        base = get_preset(args.model_id).shape
+    elif args.config is not None:
         data = read_path_capped(str(args.config), MAX_CONFIG_BYTES, field="config")
         try:
             base = parse_hf_config(data, name=args.config.stem if args.config.name != "config.json" else None)
@@ -237,8 +250,12 @@ def model_from_args(args: argparse.Namespace) -> ModelShape:
 
 def precisions_from_args(args: argparse.Namespace) -> tuple[Precision, Precision]:
     """The KV-cache and weight precisions (a group size of 0 means no scales)."""
+    weights = args.weight_dtype or "bf16"
+    if weights == AUTO:  # the model's own format, from its quantization_config
+        return (get_precision(args.kv_dtype, group_size=args.kv_group_size or None, field="kv_dtype"),
+                resolve_weight_precision(AUTO, model_from_args(args), group_size=args.weight_group_size or None))
     return (get_precision(args.kv_dtype, group_size=args.kv_group_size or None, field="kv_dtype"),
-            get_precision(args.weight_dtype, group_size=args.weight_group_size or None, field="weight_dtype"))
+            get_precision(weights, group_size=args.weight_group_size or None, field="weight_dtype"))
 
 
 def gpu_from_args(args: argparse.Namespace) -> GPU:
@@ -259,7 +276,7 @@ def request_from_args(args: argparse.Namespace) -> SizingRequest:
     return SizingRequest(
         model=model_from_args(args),
         kv_dtype=args.kv_dtype,
-        weight_dtype=args.weight_dtype,
+        weight_dtype=args.weight_dtype or (AUTO if getattr(args, "model_id", None) else "bf16"),
         kv_group_size=args.kv_group_size or None,
         weight_group_size=args.weight_group_size or None,
         context=args.context,
@@ -271,7 +288,47 @@ def request_from_args(args: argparse.Namespace) -> SizingRequest:
         block_size=args.block_size,
         kv_budget_bytes=budget,
         gpus_per_node=args.gpus_per_node,
+        model_source=_model_source(args),
     )
+
+
+def _model_source(args: argparse.Namespace) -> str:
+    """Where the model came from: the catalogue (an id), a config.json, or a manual shape."""
+    if getattr(args, "model_id", None) is not None or args.model is not None:
+        return "catalogue"
+    if args.config is not None:
+        return "config"
+    return "manual" if any(getattr(args, name) is not None for name in _MANUAL_OPTIONS) else "catalogue"
+
+
+def _model_id(text: str) -> str:
+    """A catalogue id or Hub repo id in the catalogue; anything else is refused before any use."""
+    entry = find_entry(text)
+    if entry is None:
+        try:
+            get_entry(text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(exc.message) from None
+    return entry.id
+
+
+def models_main(argv: Sequence[str]) -> int:
+    """``python -m sizing models [--json] [--search TEXT]``: the shipped catalogue."""
+    parser = OneLineParser(prog=f"{PROG} models", description="List the shipped model catalogue.")
+    parser.add_argument("--json", action="store_true", help="print a JSON list")
+    parser.add_argument("--search", default="", metavar="TEXT", help="only models matching every word")
+
+    def body() -> int:
+        args = parser.parse_args(argv)
+        wanted = {e.id for e in search_catalogue(args.search[:200])}
+        records = [r for r in catalogue_records() if r["id"] in wanted]
+        if args.json:
+            print(dumps_strict(records, indent=2))
+        else:
+            print("\n".join(f"{r['id']:<22} {r['params'] / 1e9:>8,.1f} B  {r['layout']}" for r in records))
+        return 0
+
+    return run_cli(f"{PROG} models", body)
 
 
 # ---- output --------------------------------------------------------------------------------
@@ -315,8 +372,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args = build_parser().parse_args(argv)
-        report = size_deployment(request_from_args(args))
-        print(dumps_strict(report.to_dict(), indent=2) if args.json else format_table(report))
+        request = request_from_args(args)
+        report = size_deployment(request)
+        engine = None
+        if args.engine:
+            engine = plan_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes))
+        if args.json:
+            print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {})}, indent=2))
+        else:
+            print("\n".join([format_table(report), *(format_engine(engine) if engine else [])]))
         return 0
 
-    return run_cli(PROG, body, option_for_field=option_for_field)
+    return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))

@@ -14,13 +14,17 @@ naming the key, never a crash.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sizing.config_layers import ConfigLayers, read_layers
+from sizing.config_layers import get_bool as _get_bool
+from sizing.config_layers import get_int as _get_int
 from sizing.errors import ConfigError, SizingError
+from sizing.layers import LayerKind, RecurrentState
 from sizing.models import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, ModelShape
+from sizing.weights import quant_format
 
 # Largest config accepted. Real config.json files are a few KB; 1 MB stops a pasted log or a
 # hostile upload from reaching the JSON parser.
@@ -30,9 +34,16 @@ MAX_WIDTH = 1 << 22  # hidden / intermediate sizes: 4 M, far above any real mode
 
 # Architectures whose MLP is a plain up/down projection; all others are gated (SwiGLU/GeGLU:
 # gate, up and down matrices).
-_UNGATED_MODEL_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode", "phi", "starcoder2"})
+_UNGATED_MODEL_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode", "phi", "starcoder2",
+                                  "nemotron_h"})
 # Architectures with a bias on the Q, K and V projections but no ``attention_bias`` key.
 _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
+# Keys some published configs leave to the model class's defaults: Gemma-3's text_config omits
+# the vocabulary (and the 4B its head counts), relying on transformers' Gemma3TextConfig.
+_CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "sliding_window": 4096, "sliding_window_pattern": 6},
+}
 # Gemma-2/3 norm both sides of attention and of the MLP: four norms per layer instead of two.
 _FOUR_NORM_MODEL_TYPES = frozenset({"gemma2", "gemma3", "gemma3_text"})
 
@@ -88,41 +99,14 @@ def load_config(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     text_config = config.get("text_config")
     if isinstance(text_config, Mapping) and "num_hidden_layers" not in config:
         config = {**config, **text_config}
+    defaults = _CLASS_DEFAULTS.get(config.get("model_type")) if isinstance(config.get("model_type"), str) else None
+    if defaults:
+        config = {**defaults, **{k: v for k, v in config.items() if v is not None or k not in defaults}}
     return config
 
 
 def _reject_constant(name: str) -> Any:
     raise ConfigError("config", f"{name} is not a number JSON allows")
-
-
-def _get_int(cfg: Mapping[str, Any], keys: tuple[str, ...], *, default: Any = ..., low: int = 1, high: int) -> Any:
-    """The first present key of ``keys`` as an int in [low, high]; ``default`` when all absent or null."""
-    for key in keys:
-        if key in cfg and cfg[key] is not None:
-            value = cfg[key]
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(key, f"must be an integer, got {type(value).__name__} {value!r:.40}")
-            if isinstance(value, float):
-                if not math.isfinite(value) or value != int(value):
-                    raise ConfigError(key, f"must be a whole number, got {value!r}")
-                value = int(value)
-            if value < low:
-                raise ConfigError(key, f"must be at least {low:,}, got {value:,}")
-            if value > high:
-                raise ConfigError(key, f"is implausibly large ({value:.3g}; at most {high:,})")
-            return value
-    if default is ...:
-        raise ConfigError(keys[0], "is missing")
-    return default
-
-
-def _get_bool(cfg: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(key, f"must be true or false, got {value!r:.40}")
-    return value
 
 
 # ---- the shape -----------------------------------------------------------------------------
@@ -171,7 +155,7 @@ def _dims(cfg: Mapping[str, Any]) -> _Dims:
         if head_dim == 0:
             raise ConfigError("qk_nope_head_dim", "MLA config needs qk_nope_head_dim + qk_rope_head_dim > 0")
     else:
-        head_dim = _get_int(cfg, ("head_dim",), default=None, high=MAX_HEAD_DIM)
+        head_dim = _get_int(cfg, ("head_dim", "attention_head_dim"), default=None, high=MAX_HEAD_DIM)
         if head_dim is None:
             if hidden % q_heads:
                 raise ConfigError("head_dim", f"missing, and hidden_size {hidden} is not a multiple of {q_heads} heads")
@@ -203,43 +187,10 @@ def _dims(cfg: Mapping[str, Any]) -> _Dims:
     )
 
 
-def _sliding(cfg: Mapping[str, Any], dims: _Dims) -> tuple[int | None, tuple[int, ...] | None]:
-    """(window, sliding layer indices) from the config's conventions; (None, None) for none."""
-    window = _get_int(cfg, ("sliding_window",), default=None, high=MAX_TOKENS)
-    layer_types = cfg.get("layer_types")
-    if layer_types is not None:
-        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
-            raise ConfigError("layer_types", "must be a list of strings")
-        if len(layer_types) != dims.layers:
-            raise ConfigError("layer_types", f"has {len(layer_types)} entries for {dims.layers} layers")
-        sliding = tuple(i for i, kind in enumerate(layer_types) if kind == "sliding_attention")
-        if not sliding:
-            return None, None
-        if window is None:
-            raise ConfigError("sliding_window", "missing, but layer_types has sliding_attention layers")
-        return window, sliding
-    if window is None or not _get_bool(cfg, "use_sliding_window", True):
-        return None, None
-    if dims.model_type == "gemma2":
-        # Gemma-2 alternates: even-indexed layers slide, odd ones attend globally.
-        return window, tuple(range(0, dims.layers, 2))
-    if dims.model_type.startswith("gemma3"):
-        pattern = _get_int(cfg, ("sliding_window_pattern",), default=6, high=MAX_LAYERS)
-        # Every pattern-th layer is global, the rest slide.
-        return window, tuple(i for i in range(dims.layers) if (i + 1) % pattern)
-    if "max_window_layers" in cfg and dims.model_type.startswith("qwen"):
-        # Qwen2: layers from max_window_layers onwards use the window.
-        first = _get_int(cfg, ("max_window_layers",), low=0, high=MAX_LAYERS)
-        sliding = tuple(range(min(first, dims.layers), dims.layers))
-        return (window, sliding) if sliding else (None, None)
-    return window, None  # Mistral-7B-v0.1, Phi-3: every layer slides
-
-
 # ---- parameter count -----------------------------------------------------------------------
-def _estimate(cfg: Mapping[str, Any], dims: _Dims) -> ParamEstimate:
+def _attention_params(cfg: Mapping[str, Any], dims: _Dims) -> int:
+    """One attention block: Q, K, V, O projections (MLA: its low-rank projections and norms)."""
     h = dims.hidden
-    embedding = dims.vocab * h
-    lm_head = 0 if dims.tied else dims.vocab * h
     if dims.kv_lora_rank:
         qk_dim = dims.qk_nope_head_dim + dims.qk_rope_head_dim
         v_dim = dims.v_head_dim or dims.qk_nope_head_dim
@@ -249,36 +200,112 @@ def _estimate(cfg: Mapping[str, Any], dims: _Dims) -> ParamEstimate:
             q = h * dims.q_heads * qk_dim
         kv = h * (dims.kv_lora_rank + dims.qk_rope_head_dim) + dims.kv_lora_rank  # down-projection + its norm
         kv += dims.kv_lora_rank * dims.q_heads * (dims.qk_nope_head_dim + v_dim)
-        attention_layer = q + kv + dims.q_heads * v_dim * h
-    else:
-        q_width = dims.q_heads * dims.head_dim
-        kv_width = dims.kv_heads * dims.head_dim
-        attention_layer = 2 * h * q_width + 2 * h * kv_width
-        if _get_bool(cfg, "attention_bias", dims.model_type in _QKV_BIAS_MODEL_TYPES):
-            attention_layer += q_width + 2 * kv_width
+        return q + kv + dims.q_heads * v_dim * h
+    q_width = dims.q_heads * dims.head_dim
+    kv_width = dims.kv_heads * dims.head_dim
+    # Qwen3-Next's full-attention layers project a gate next to each query (twice the Q width).
+    q_out = 2 * q_width if dims.model_type == "qwen3_next" else q_width
+    params = h * q_out + h * q_width + 2 * h * kv_width
+    if _get_bool(cfg, "attention_bias", dims.model_type in _QKV_BIAS_MODEL_TYPES):
+        params += q_width + 2 * kv_width
+    return params
+
+
+def _recurrent_params(cfg: Mapping[str, Any], dims: _Dims, state: RecurrentState) -> int:
+    """One Mamba1 / Mamba2 mixer or gated delta net: projections, convolution, per-head terms."""
+    h = dims.hidden
+    conv_dim = state.conv_channels + state.groups * state.group_channels
+    if state.kind is LayerKind.LINEAR:  # gated delta net: q, k, v, z and the b, a gates
+        value_dim = _get_int(cfg, ("linear_num_value_heads",), high=MAX_HEADS) * _get_int(
+            cfg, ("linear_value_head_dim",), high=MAX_WIDTH)
+        return (h * (state.conv_channels + value_dim + 2 * state.heads) + conv_dim * state.conv_kernel
+                + 2 * state.heads + value_dim // state.heads + value_dim * h)
+    if dims.model_type == "jamba":  # Mamba1: in, x, dt and out projections, A and D per channel
+        inner, d_state = state.conv_channels, state.state_per_head
+        dt_rank = _get_int(cfg, ("mamba_dt_rank",), default=-(-h // 16), high=MAX_WIDTH)
+        return (2 * h * inner + inner * (state.conv_kernel + 1) + inner * (dt_rank + 2 * d_state)
+                + dt_rank * inner + inner + inner * d_state + inner + inner * h)
+    inner = state.conv_channels  # Mamba2: in_proj gives z, x, B, C and dt
+    return (h * (inner + conv_dim + state.heads) + conv_dim * (state.conv_kernel + 1)
+            + 3 * state.heads + inner + inner * h)
+
+
+def _block_types(cfg: Mapping[str, Any], dims: _Dims, layout: ConfigLayers) -> list[tuple[str, str]]:
+    """(mixer, mlp) of each layer: mixer attention / recurrent / none, mlp dense / moe / none."""
+    kinds = layout.kinds or (None,) * dims.layers
+    pattern = cfg.get("hybrid_override_pattern") if isinstance(cfg.get("hybrid_override_pattern"), str) else None
+    blocks = []
+    for index in range(dims.layers):
+        kind = kinds[index]
+        mixer = "recurrent" if kind in (LayerKind.MAMBA, LayerKind.LINEAR) else "attention"
+        if pattern is not None:  # Nemotron-H: each layer is one block, a mixer or an MLP
+            char = pattern[index]
+            blocks.append(("none", "moe" if char == "E" else "dense") if char in "-E" else (mixer, "none"))
+            continue
+        if not dims.experts or index < dims.dense_layers:
+            mlp = "dense"
+        elif dims.model_type.startswith("llama4"):
+            step = _get_int(cfg, ("interleave_moe_layer_step",), default=1, high=MAX_LAYERS)
+            mlp = "moe" if index % step == step - 1 else "dense"
+        elif dims.model_type == "jamba":
+            period = _get_int(cfg, ("expert_layer_period",), default=2, high=MAX_LAYERS)
+            offset = _get_int(cfg, ("expert_layer_offset",), default=1, low=0, high=MAX_LAYERS)
+            mlp = "moe" if index % period == offset else "dense"
+        else:
+            mlp = "moe"
+        blocks.append((mixer, mlp))
+    return blocks
+
+
+def _vision_params(cfg: Mapping[str, Any], text_hidden: int) -> int:
+    """A multimodal model's vision encoder (a ViT: attention + MLP per layer) and its projector.
+
+    An estimate from ``vision_config`` alone: the patch embedding and position tables are left
+    out (under 2 % of the encoder)."""
+    vision = cfg.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return 0
+    hidden = _get_int(vision, ("hidden_size",), default=0, low=0, high=MAX_WIDTH)
+    layers = _get_int(vision, ("num_hidden_layers", "depth"), default=0, low=0, high=MAX_LAYERS)
+    intermediate = _get_int(vision, ("intermediate_size",), default=4 * hidden, low=0, high=MAX_WIDTH)
+    return layers * (4 * hidden * hidden + 2 * hidden * intermediate + 9 * hidden) + hidden * text_hidden
+
+
+def _estimate(cfg: Mapping[str, Any], dims: _Dims, layout: ConfigLayers) -> ParamEstimate:
+    h = dims.hidden
+    embedding = dims.vocab * h
+    lm_head = 0 if dims.tied else dims.vocab * h
+    attention_block = _attention_params(cfg, dims)
+    recurrent_block = _recurrent_params(cfg, dims, layout.state) if layout.state else 0
     matrices = 2 if dims.model_type in _UNGATED_MODEL_TYPES else 3  # up/down, plus gate when gated
-    dense_mlp = matrices * h * dims.intermediate
+    dense_width = dims.intermediate
+    if dims.model_type.startswith("llama4"):  # dense layers are wider than the experts
+        dense_width = _get_int(cfg, ("intermediate_size_mlp",), default=dims.intermediate, high=MAX_WIDTH)
+    dense_mlp = matrices * h * dense_width
+    expert = matrices * h * dims.moe_intermediate
+    shared = dims.shared_experts * expert
+    if dims.shared_expert_intermediate:  # Qwen-MoE: one wider shared expert with a gate
+        shared += matrices * h * dims.shared_expert_intermediate + h
+    if dims.model_type.startswith("llama4"):  # one shared expert as wide as a routed one
+        shared += expert
+    router = h * dims.experts
+    moe_total = dims.experts * expert + shared + router
+    moe_active = dims.experts_per_token * expert + shared + router
     norms_per_layer = (4 if dims.model_type in _FOUR_NORM_MODEL_TYPES else 2) * h
-    if dims.experts:
-        expert = matrices * h * dims.moe_intermediate
-        shared = dims.shared_experts * expert
-        if dims.shared_expert_intermediate:  # Qwen-MoE: one wider shared expert with a gate
-            shared += matrices * h * dims.shared_expert_intermediate + h
-        router = h * dims.experts
-        moe_layers = dims.layers - dims.dense_layers
-        mlp = dims.dense_layers * dense_mlp + moe_layers * (dims.experts * expert + shared + router)
-        mlp_active = dims.dense_layers * dense_mlp + moe_layers * (dims.experts_per_token * expert + shared + router)
-    else:
-        mlp = mlp_active = dims.layers * dense_mlp
-    attention = dims.layers * attention_layer
+    mixer_total = mlp = mlp_active = 0
+    for mixer, block in _block_types(cfg, dims, layout):
+        mixer_total += {"attention": attention_block, "recurrent": recurrent_block, "none": 0}[mixer]
+        mlp += {"dense": dense_mlp, "moe": moe_total, "none": 0}[block]
+        mlp_active += {"dense": dense_mlp, "moe": moe_active, "none": 0}[block]
+    vision = _vision_params(cfg, h)
     norms = dims.layers * norms_per_layer + h  # plus the final norm
     return ParamEstimate(
         embedding=embedding,
         lm_head=lm_head,
-        attention=attention,
+        attention=mixer_total + vision,
         mlp=mlp,
         norms=norms,
-        active=embedding + lm_head + attention + mlp_active + norms,
+        active=embedding + lm_head + mixer_total + vision + mlp_active + norms,
     )
 
 
@@ -296,11 +323,13 @@ def _architecture(cfg: Mapping[str, Any]) -> Any:
 def estimate_params(data: bytes | str | Mapping[str, Any]) -> ParamEstimate:
     """Parameter count of the model described by a config (see the module docstring)."""
     cfg = load_config(data)
-    return _estimate(cfg, _dims(cfg))
+    dims = _dims(cfg)
+    return _estimate(cfg, dims, read_layers(cfg, layers=dims.layers, hidden=dims.hidden, model_type=dims.model_type))
 
 
 def parse_hf_config(
-    data: bytes | str | Mapping[str, Any], *, name: str | None = None, params: int | None = None
+    data: bytes | str | Mapping[str, Any], *, name: str | None = None, params: int | None = None,
+    safetensors_bytes: int | None = None,
 ) -> ModelShape:
     """A :class:`ModelShape` from a Hugging Face ``config.json`` (bytes, text or parsed mapping).
 
@@ -309,8 +338,14 @@ def parse_hf_config(
     """
     cfg = load_config(data)
     dims = _dims(cfg)
-    window, sliding_layers = _sliding(cfg, dims)
-    estimate = _estimate(cfg, dims)
+    layout = read_layers(cfg, layers=dims.layers, hidden=dims.hidden, model_type=dims.model_type)
+    estimate = _estimate(cfg, dims, layout)
+    quant = quant_format(cfg)
+    total = params if params is not None else estimate.total
+    quantized = None
+    if quant is not None:  # linear layers in the format; embeddings, norms (and excluded attention) bf16
+        share = (estimate.attention if quant.attention_quantised else 0) + estimate.mlp
+        quantized = min(total, round(share * total / estimate.total))
     if name is None:
         name = cfg.get("_name_or_path") or _architecture(cfg) or dims.model_type or "config.json"
         if not isinstance(name, str):
@@ -327,8 +362,14 @@ def parse_hf_config(
             active_params=min(estimate.active, params or estimate.total) if dims.experts else None,
             kv_lora_rank=dims.kv_lora_rank,
             qk_rope_head_dim=dims.qk_rope_head_dim if dims.kv_lora_rank else 0,
-            sliding_window=window,
-            sliding_layers=sliding_layers,
+            sliding_window=layout.sliding_window,
+            sliding_layers=layout.sliding_layers,
+            layer_kinds=layout.kinds,
+            chunk_size=layout.chunk_size,
+            state=layout.state,
+            weight_format=quant.name if quant else None,
+            quantized_params=quantized,
+            safetensors_bytes=safetensors_bytes,
             num_experts=dims.experts,
             experts_per_token=dims.experts_per_token,
             max_context=_get_int(cfg, ("max_position_embeddings", "n_positions"), default=None, high=MAX_TOKENS),

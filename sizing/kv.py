@@ -6,6 +6,10 @@ value fractional) and are rounded up to whole bytes only where a result is repor
 single rounding helper for counts is :func:`units.cdiv`.
 
 per-token bytes = 2 × layers × KV heads × head dim × bytes per value   (MLA: layers × latent × bytes)
+
+Only attention layers count in ``layers``; Mamba and linear-attention layers add a constant state
+per sequence instead (state values × the state's own dtype bytes: vLLM keeps it in the model
+dtype, not in the KV-cache dtype).
 """
 
 from __future__ import annotations
@@ -63,7 +67,18 @@ class KVCacheSpec:
     @cached_property
     def bytes_per_token_per_gpu(self) -> Fraction:
         """Bytes per token on one TP rank (n_kv / TP heads, or one replicated head)."""
-        return self.model.layers * self.model.values_per_layer_per_token_per_gpu(self.tp) * self.precision.bytes_per_value
+        return self.model.n_kv_layers * self.model.values_per_layer_per_token_per_gpu(self.tp) * self.precision.bytes_per_value
+
+    @cached_property
+    def state_bytes_per_sequence(self) -> int:
+        """Recurrent-state bytes of one sequence, whole model (0 without Mamba / linear layers)."""
+        return self.model.state_bytes_per_sequence
+
+    @cached_property
+    def state_bytes_per_sequence_per_gpu(self) -> int:
+        """Recurrent-state bytes of one sequence on one TP rank (heads split over the ranks)."""
+        state = self.model.state
+        return self.model.state_values_per_sequence_per_gpu(self.tp) * state.dtype_bytes if state else 0
 
     @property
     def bytes_per_token_all_gpus(self) -> Fraction:
@@ -71,11 +86,12 @@ class KVCacheSpec:
         return self.bytes_per_token_per_gpu * self.tp
 
     def sequence_bytes(self, tokens: int) -> Fraction:
-        """Bytes of one sequence of ``tokens`` tokens, whole model (sliding windows capped)."""
-        return self.model.values_for_tokens(tokens) * self.precision.bytes_per_value
+        """Bytes of one sequence of ``tokens`` tokens, whole model (windows capped, state included)."""
+        return self.model.values_for_tokens(tokens) * self.precision.bytes_per_value + self.state_bytes_per_sequence
 
     def sequence_bytes_per_gpu(self, tokens: int) -> Fraction:
-        return self.model.values_for_tokens_per_gpu(tokens, self.tp) * self.precision.bytes_per_value
+        return (self.model.values_for_tokens_per_gpu(tokens, self.tp) * self.precision.bytes_per_value
+                + self.state_bytes_per_sequence_per_gpu)
 
     def sequence_bytes_all_gpus(self, tokens: int) -> Fraction:
         """One sequence over all TP ranks, replicated heads included."""
@@ -177,10 +193,13 @@ def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, lim
     check_int("users", users)
     budget = Fraction(budget_bytes)
     model = spec.model
-    if model.n_full_layers == 0 and users * spec.sequence_bytes_all_gpus(model.sliding_window) <= budget:
+    window = model.longest_window
+    if window is not None and users * spec.sequence_bytes_all_gpus(window) <= budget:
         return None
     if users * spec.sequence_bytes_all_gpus(limit) <= budget:
         return limit
+    if users * spec.sequence_bytes_all_gpus(1) > budget:
+        return 0  # not one token fits (a recurrent state alone can exceed the budget)
     low, high = 0, limit  # invariant: low fits, high does not
     while high - low > 1:
         mid = (low + high) // 2
@@ -189,3 +208,52 @@ def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, lim
         else:
             high = mid
     return low
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerKindRow:
+    """One group of layers (one kind, one window) in bytes: the sizer's per-kind table.
+
+    ``*_per_gpu`` at the report's TP; whole-model figures at TP 1. State rows have no per-token
+    bytes; attention rows no state."""
+
+    kind: str
+    count: int
+    window: int | None
+    bytes_per_token: Fraction  # all layers of the group, whole model
+    bytes_per_token_per_gpu: Fraction
+    state_bytes_per_sequence: int  # all layers of the group, whole model
+    state_bytes_per_sequence_per_gpu: int
+    bytes_at_context: Fraction  # one sequence of ``context`` tokens, whole model (windows capped)
+    bytes_at_context_per_gpu: Fraction
+
+    def as_record(self) -> dict[str, object]:
+        """JSON-ready: bytes rounded up to whole bytes."""
+        return {
+            "kind": self.kind, "count": self.count, "window": self.window,
+            "bytes_per_token": math.ceil(self.bytes_per_token),
+            "bytes_per_token_per_gpu": math.ceil(self.bytes_per_token_per_gpu),
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "state_bytes_per_sequence_per_gpu": self.state_bytes_per_sequence_per_gpu,
+            "bytes_at_context": math.ceil(self.bytes_at_context),
+            "bytes_at_context_per_gpu": math.ceil(self.bytes_at_context_per_gpu),
+        }
+
+
+def layer_kind_rows(model: ModelShape, precision: Precision, *, tp: int, context: int) -> tuple[LayerKindRow, ...]:
+    """Bytes of each layer group: KV values × bytes per value (scales included), state values ×
+    the state's dtype bytes, at TP 1 and at ``tp``."""
+    rows = []
+    for whole, local in zip(model.layer_groups(1), model.layer_groups(tp), strict=True):
+        per_value = precision.bytes_per_value
+        state = whole.count * whole.state_values_per_sequence * whole.state_dtype_bytes
+        state_gpu = local.count * local.state_values_per_sequence * local.state_dtype_bytes
+        rows.append(LayerKindRow(
+            kind=str(whole.kind), count=whole.count, window=whole.window,
+            bytes_per_token=whole.count * whole.kv_values_per_token * per_value,
+            bytes_per_token_per_gpu=local.count * local.kv_values_per_token * per_value,
+            state_bytes_per_sequence=state, state_bytes_per_sequence_per_gpu=state_gpu,
+            bytes_at_context=whole.kv_values(context) * per_value + state,
+            bytes_at_context_per_gpu=local.kv_values(context) * per_value + state_gpu,
+        ))
+    return tuple(rows)

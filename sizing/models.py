@@ -9,7 +9,11 @@ KV values cached per token and layer:
   no factor 2, and the same latent is replicated on every tensor-parallel rank.
 
 Sliding-window layers keep at most ``sliding_window`` tokens, so a sequence of ``T`` tokens costs
-``min(T, window)`` tokens on those layers and ``T`` on the others.
+``min(T, window)`` tokens on those layers and ``T`` on the others; chunked-local layers hold at
+most one ``chunk_size`` chunk. Mamba and linear-attention layers cache no per-token KV: each
+holds a constant ``state`` per sequence. ``layer_kinds`` gives each layer's kind (None for a
+layer that caches nothing, such as Nemotron-H's MLP-only layers); :meth:`ModelShape.layer_groups`
+groups the layers by kind and window for the byte arithmetic in :mod:`sizing.kv`.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from sizing.errors import SizingError
+from sizing.layers import ATTENTION_KINDS, STATE_KINDS, LayerGroup, LayerKind, RecurrentState
 
 # Upper bounds that no real model approaches; they reject hostile or mistyped input (a config
 # with 10**30 layers) before it reaches arithmetic or charts.
@@ -72,6 +77,14 @@ class ModelShape:
     active_params: int | None = None  # per token, for MoE
     max_context: int | None = None  # max_position_embeddings, when known
     tied_embeddings: bool | None = None  # informational
+    # Per-layer kinds when the model mixes them; None: derived from the sliding and MLA fields.
+    # Full and MLA entries follow kv_lora_rank (one attention shape per model).
+    layer_kinds: tuple[LayerKind | None, ...] | None = None
+    chunk_size: int | None = None  # tokens per attention chunk of chunked-local layers
+    state: RecurrentState | None = None  # per-sequence state of the mamba / linear layers
+    weight_format: str | None = None  # the format the config's quantization_config selects
+    quantized_params: int | None = None  # parameters stored in that format (the rest bf16)
+    safetensors_bytes: int | None = None  # the Hub's safetensors total, when known
 
     def __post_init__(self) -> None:
         check_int("layers", self.layers, high=MAX_LAYERS)
@@ -97,6 +110,12 @@ class ModelShape:
             check_int("active_params", self.active_params, high=self.params)
         if self.max_context is not None:
             check_int("max_context", self.max_context, high=MAX_TOKENS)
+        if self.quantized_params is not None:
+            check_int("quantized_params", self.quantized_params, low=0, high=self.params)
+        if self.safetensors_bytes is not None:
+            check_int("safetensors_bytes", self.safetensors_bytes, high=8 * MAX_PARAMS)
+        if self.layer_kinds is not None:
+            self._check_layer_kinds()
         if self.sliding_window is None:
             if self.sliding_layers:
                 raise SizingError("sliding_window", "sliding layers are given but no window")
@@ -109,6 +128,103 @@ class ModelShape:
             if len(set(layers)) != len(layers):
                 raise SizingError("sliding_layers", "layer indices repeat")
             object.__setattr__(self, "sliding_layers", tuple(sorted(layers)))
+
+    def _check_layer_kinds(self) -> None:
+        """Validate explicit ``layer_kinds`` and derive ``sliding_layers`` from them."""
+        kinds = tuple(self.layer_kinds)
+        if len(kinds) != self.layers:
+            raise SizingError("layer_kinds", f"has {len(kinds)} entries for {self.layers} layers")
+        try:
+            kinds = tuple(None if kind is None else LayerKind(kind) for kind in kinds)
+        except ValueError:
+            bad = next(k for k in kinds if k is not None and k not in set(LayerKind))
+            raise SizingError("layer_kinds", f"unknown layer kind {bad!r:.40}; use one of "
+                                             f"{', '.join(LayerKind)}") from None
+        object.__setattr__(self, "layer_kinds", kinds)
+        present = set(kinds)
+        if not present & ATTENTION_KINDS and not present & STATE_KINDS:
+            raise SizingError("layer_kinds", "no layer caches anything")
+        sliding = tuple(i for i, kind in enumerate(kinds) if kind is LayerKind.SLIDING)
+        if sliding and self.sliding_window is None:
+            raise SizingError("sliding_window", "missing, but some layers use a sliding window")
+        if not sliding:
+            object.__setattr__(self, "sliding_window", None)
+        elif self.sliding_layers is not None and tuple(sorted(self.sliding_layers)) != sliding:
+            raise SizingError("sliding_layers", "disagree with the sliding layers of layer_kinds")
+        object.__setattr__(self, "sliding_layers", sliding or None)
+        if LayerKind.CHUNKED in present:
+            check_int("chunk_size", self.chunk_size, high=MAX_TOKENS)
+        else:
+            object.__setattr__(self, "chunk_size", None)
+        if present & STATE_KINDS:
+            if not isinstance(self.state, RecurrentState):
+                raise SizingError("state", "mamba / linear-attention layers need their state sizes")
+            if len(present & STATE_KINDS) > 1 or self.state.kind not in present:
+                raise SizingError("state", f"the state is for {self.state.kind} layers, "
+                                           f"the layers are {', '.join(sorted(present & STATE_KINDS))}")
+        else:
+            object.__setattr__(self, "state", None)
+
+    # ---- layer kinds -------------------------------------------------------------------------
+    @property
+    def kinds(self) -> tuple[LayerKind | None, ...]:
+        """Each decoder layer's kind (None: caches nothing)."""
+        attention = LayerKind.MLA if self.kv_lora_rank else LayerKind.FULL
+        if self.layer_kinds is None:
+            sliding = set(self.sliding_layers or ())
+            return tuple(LayerKind.SLIDING if i in sliding else attention for i in range(self.layers))
+        return tuple(attention if kind in (LayerKind.FULL, LayerKind.MLA) else kind for kind in self.layer_kinds)
+
+    def _window(self, kind: LayerKind) -> int | None:
+        if kind is LayerKind.SLIDING:
+            return self.sliding_window
+        if kind is LayerKind.CHUNKED:
+            return self.chunk_size
+        return None
+
+    def layer_groups(self, tp: int = 1) -> tuple[LayerGroup, ...]:
+        """The layers grouped by (kind, window), in order of first layer index, at TP ``tp``.
+
+        Attention groups carry the KV values one layer caches per token on one rank (KV heads
+        split or replicated as :meth:`kv_heads_per_gpu`; the MLA latent replicated); recurrent
+        groups carry the state one layer holds per sequence on one rank (split by heads).
+        """
+        self.check_tp(tp)
+        members: dict[tuple[LayerKind, int | None], list[int]] = {}
+        for index, kind in enumerate(self.kinds):
+            if kind is not None:
+                members.setdefault((kind, self._window(kind)), []).append(index)
+        groups = []
+        for (kind, window), indices in members.items():
+            if kind in STATE_KINDS:
+                groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices),
+                                         state_values_per_sequence=self.state.values_per_gpu(tp),
+                                         state_dtype_bytes=self.state.dtype_bytes))
+            else:
+                groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices), window=window,
+                                         kv_values_per_token=self.values_per_layer_per_token_per_gpu(tp)))
+        return tuple(groups)
+
+    @property
+    def n_kv_layers(self) -> int:
+        """Layers that cache per-token KV (attention of any kind)."""
+        return sum(kind in ATTENTION_KINDS for kind in self.kinds)
+
+    @property
+    def n_state_layers(self) -> int:
+        """Mamba / linear-attention layers (a constant state per sequence each)."""
+        return sum(kind in STATE_KINDS for kind in self.kinds)
+
+    def state_values_per_sequence_per_gpu(self, tp: int = 1) -> int:
+        """Recurrent-state values one sequence holds on one rank, over all state layers."""
+        if self.state is None or not self.n_state_layers:
+            return 0
+        return self.n_state_layers * self.state.values_per_gpu(tp)
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        """Recurrent-state bytes of one sequence, whole model (TP 1)."""
+        return self.state_values_per_sequence_per_gpu(1) * (self.state.dtype_bytes if self.state else 0)
 
     # ---- attention kind and per-token values -------------------------------------------------
     @property
@@ -135,22 +251,34 @@ class ModelShape:
 
     @property
     def values_per_token(self) -> int:
-        """KV values per token over all layers, while the context is within every window."""
-        return self.layers * self.values_per_layer_per_token
+        """KV values per token over all attention layers, while the context is within every window."""
+        return self.n_kv_layers * self.values_per_layer_per_token
 
     @property
     def n_sliding_layers(self) -> int:
         return len(self.sliding_layers or ())
 
     @property
+    def n_chunked_layers(self) -> int:
+        return sum(kind is LayerKind.CHUNKED for kind in self.kinds)
+
+    @property
     def n_full_layers(self) -> int:
-        return self.layers - self.n_sliding_layers
+        """Attention layers whose cache grows with the whole sequence (full or MLA)."""
+        return sum(kind in (LayerKind.FULL, LayerKind.MLA) for kind in self.kinds)
 
     def cached_layer_tokens(self, tokens: int) -> int:
-        """Σ over layers of tokens held for a ``tokens``-long sequence (windows capped)."""
-        if self.sliding_window is None:
-            return self.layers * tokens
-        return self.n_full_layers * tokens + self.n_sliding_layers * min(tokens, self.sliding_window)
+        """Σ over attention layers of tokens held for a ``tokens``-long sequence (windows capped)."""
+        return sum(group.count * group.cached_tokens(tokens) for group in self.layer_groups() if group.is_attention)
+
+    @property
+    def longest_window(self) -> int | None:
+        """Tokens after which no layer's cache grows: the largest window when every attention
+        layer is windowed, None when some layer keeps everything."""
+        if self.n_full_layers:
+            return None
+        windows = [g.window for g in self.layer_groups() if g.window is not None]
+        return max(windows, default=0)
 
     def values_for_tokens(self, tokens: int) -> int:
         """KV values cached for one sequence of ``tokens`` tokens (sliding windows capped)."""
@@ -160,6 +288,8 @@ class ModelShape:
     def check_tp(self, tp: int) -> int:
         """``tp`` validated against the KV heads (vLLM's rule: one must divide the other)."""
         check_int("tp", tp, high=4096)
+        if self.state is not None:
+            self.state.check_tp(tp)
         if self.kv_lora_rank or self.kv_heads % tp == 0 or tp % self.kv_heads == 0:
             return tp
         raise SizingError("tp", f"TP {tp} neither divides nor is a multiple of the {self.kv_heads} KV heads")
@@ -197,6 +327,11 @@ class ModelShape:
         return replace(self, name=f"{self.name} (MHA)", kv_heads=self.q_heads, kv_lora_rank=0, qk_rope_head_dim=0)
 
     @property
+    def layout(self) -> str:
+        """The layer kinds in order of first layer: ``"5 × sliding_window(1,024) + 1 × full …"``."""
+        return " + ".join(group.label for group in self.layer_groups())
+
+    @property
     def summary(self) -> str:
         """One line: ``80 layers · 64 q / 8 KV heads · d 128 · GQA · 70.6 B params``."""
         parts = [f"{self.layers} layers"]
@@ -206,6 +341,10 @@ class ModelShape:
             parts.append(f"{self.q_heads} q / {self.kv_heads} KV heads · d {self.head_dim} · {self.attention}")
         if self.sliding_window:
             parts.append(f"window {self.sliding_window:,} on {self.n_sliding_layers}/{self.layers} layers")
+        if self.chunk_size:
+            parts.append(f"chunks of {self.chunk_size:,} on {self.n_chunked_layers}/{self.layers} layers")
+        if self.n_state_layers:
+            parts.append(f"{self.state.kind} state on {self.n_state_layers}/{self.layers} layers")
         if self.num_experts:
             parts.append(f"MoE {self.experts_per_token}/{self.num_experts} experts")
         parts.append(f"{self.params / 1e9:,.1f} B params")

@@ -33,6 +33,21 @@ _FORMATS: dict[str, tuple[int, bool]] = {
 }
 PRECISION_NAMES: tuple[str, ...] = tuple(_FORMATS)
 
+# Weight-only formats, each with its published scale layout (bytes of scale per value, exact):
+#   fp8_block  FP8 E4M3 with one fp32 scale per 128 × 128 block (DeepSeek-V3's weight_block_size).
+#   mxfp4      OCP microscaling FP4: one E8M0 (1-byte) scale per 32 values (gpt-oss's experts).
+#   nvfp4      NVIDIA FP4: one FP8 E4M3 scale per 16 values, plus a per-tensor fp32 (counted as 0).
+#   gptq_int4  GPTQ 4-bit: per group of 128, an fp16 scale and a packed 4-bit zero point.
+#   awq_int4   AWQ 4-bit: per group of 128, an fp16 scale and a packed 4-bit zero point.
+_WEIGHT_FORMATS: dict[str, tuple[int, Fraction]] = {
+    "fp8_block": (8, Fraction(4, 128 * 128)),
+    "mxfp4": (4, Fraction(1, 32)),
+    "nvfp4": (4, Fraction(1, 16)),
+    "gptq_int4": (4, Fraction(2, 128) + Fraction(1, 2 * 128)),
+    "awq_int4": (4, Fraction(2, 128) + Fraction(1, 2 * 128)),
+}
+WEIGHT_FORMAT_NAMES: tuple[str, ...] = (*PRECISION_NAMES, *_WEIGHT_FORMATS)
+
 
 @dataclass(frozen=True, kw_only=True)
 class Precision:
@@ -41,6 +56,7 @@ class Precision:
     name: str
     bits: int
     group_size: int | None = None
+    fixed_scale_bytes: Fraction | None = None  # a named format's own scale layout (overrides group_size)
 
     @property
     def data_bytes_per_value(self) -> Fraction:
@@ -50,6 +66,8 @@ class Precision:
     @property
     def scale_bytes_per_value(self) -> Fraction:
         """Scale bytes amortised over a group (2/128 B for one fp16 scale per 128 values)."""
+        if self.fixed_scale_bytes is not None:
+            return self.fixed_scale_bytes
         if self.group_size is None:
             return Fraction(0)
         return Fraction(SCALE_BYTES, self.group_size)
@@ -62,7 +80,7 @@ class Precision:
     @property
     def label(self) -> str:
         """Short display label: ``"BF16"``, ``"INT4 (g128)"``."""
-        base = self.name.upper()
+        base = self.name.upper().replace("_", " ")
         return f"{base} (g{self.group_size})" if self.group_size else base
 
 
@@ -71,8 +89,13 @@ def get_precision(name: str, *, group_size: int | None = DEFAULT_GROUP_SIZE, fie
 
     ``group_size`` None or 0 means no scale bytes. Errors name ``field`` (e.g. ``"kv_dtype"``).
     """
+    weights = "kv" not in field  # weight-only formats are not offered for the KV cache
+    if weights and isinstance(name, str) and name.lower() in _WEIGHT_FORMATS:
+        bits, scales = _WEIGHT_FORMATS[name.lower()]
+        return Precision(name=name.lower(), bits=bits, fixed_scale_bytes=scales)
     if not isinstance(name, str) or name.lower() not in _FORMATS:
-        raise SizingError(field, f"unknown precision {name!r}; choose one of {', '.join(PRECISION_NAMES)}")
+        names = WEIGHT_FORMAT_NAMES if weights else PRECISION_NAMES
+        raise SizingError(field, f"unknown precision {name!r:.40}; choose one of {', '.join(names)}")
     key = name.lower()
     bits, scaled = _FORMATS[key]
     if not scaled or not group_size:

@@ -20,13 +20,14 @@ from typing import Any
 from hardware.gpus import GPU
 from sizing.formula import FormulaStep, formula_steps
 from sizing.kv import GpuCount, KVCacheSpec, KvCapacity, gpus_needed, kv_capacity, max_context, max_users
-from sizing.kv import usable_bytes, weights_bytes
+from sizing.kv import LayerKindRow, layer_kind_rows, usable_bytes
 from sizing.models import ModelShape
 from sizing.plan import DeploymentPlan, plan_deployment
 from sizing.precisions import PRECISION_NAMES, Precision
 from sizing.report_charts import ChartData, CurveSeries, MemoryChart, TableRow, chart_data, reference_table
 from sizing.report_warnings import SizingWarning, sizing_warnings
 from sizing.request import MAX_USERS, REFERENCE_GPUS, REFERENCE_KV_DTYPES, Resolved, SizingRequest, resolve
+from sizing.weights import model_weight_bytes
 from units import UnitSystem, format_bytes, to_unit
 
 
@@ -102,6 +103,11 @@ class SizingReport:
     warnings: tuple[SizingWarning, ...]
     handoff: Handoff
     _spec: KVCacheSpec = field(repr=False)
+    weights_source: str = "estimate"  # "safetensors" (the Hub's stated total) or "estimate"
+    model_source: str = "catalogue"  # catalogue | hub | config | manual
+    layer_kinds: tuple[LayerKindRow, ...] = ()
+    state_bytes_per_sequence: int = 0  # recurrent state of one sequence, whole model
+    state_bytes_per_sequence_per_gpu: int = 0  # at ``tp``
 
     @property
     def gpus_needed(self) -> int:
@@ -185,6 +191,11 @@ class SizingReport:
             "without_gqa_per_token_bytes": self.without_gqa.per_token_bytes,
             "without_gqa_kv_bytes_total": self.without_gqa.kv_bytes_total,
             "warnings": [{"code": w.code, "field": w.field, "message": w.message} for w in self.warnings],
+            "model_source": self.model_source,
+            "weights_source": self.weights_source,
+            "layer_kinds": [row.as_record() for row in self.layer_kinds],
+            "state_bytes_per_sequence": self.state_bytes_per_sequence,
+            "state_bytes_per_sequence_per_gpu": self.state_bytes_per_sequence_per_gpu,
         }
 
 
@@ -205,7 +216,7 @@ class _Memory:
 def _memory(inp: Resolved) -> _Memory:
     request = inp.request
     spec = KVCacheSpec(model=inp.model, precision=inp.kv, tp=request.tp, block_size=request.block_size)
-    weights = weights_bytes(inp.model.params, inp.weights)
+    weights = model_weight_bytes(inp.model, inp.weights, auto=inp.weights_auto).bytes
     per_user = spec.sequence_bytes(request.context)
     kv_total = request.users * per_user
     usable = usable_bytes(inp.gpu, inp.usable)
@@ -283,6 +294,11 @@ def size_deployment(request: SizingRequest) -> SizingReport:
         without_gqa=_without_gqa(inp, mem),
         warnings=sizing_warnings(inp, mem.weights, mem.usable),
         handoff=_handoff(inp, mem),
+        weights_source=model_weight_bytes(model, inp.weights, auto=inp.weights_auto).source,
+        model_source=inp.model_source,
+        layer_kinds=layer_kind_rows(model, inp.kv, tp=tp, context=request.context),
+        state_bytes_per_sequence=spec.state_bytes_per_sequence,
+        state_bytes_per_sequence_per_gpu=spec.state_bytes_per_sequence_per_gpu,
         _spec=spec,
     )
 

@@ -18,10 +18,12 @@ from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.plan import GPUS_PER_NODE
 from sizing.precisions import DEFAULT_GROUP_SIZE, Precision, get_precision
 from sizing.presets import DEFAULT_PRESET, get_preset
+from sizing.weights import AUTO, resolve_weight_precision
 
 # The reference page's table: BF16, FP8 and 4-bit KV on the H100 SXM and the H200.
 REFERENCE_KV_DTYPES = ("bf16", "fp8", "int4")
 REFERENCE_GPUS = ("h100-sxm", "h200")
+MODEL_SOURCES = ("catalogue", "hub", "config", "manual")
 MAX_USERS = 1 << 30  # a billion concurrent sequences: beyond any deployment, rejects typos
 
 
@@ -50,6 +52,7 @@ class SizingRequest:
     gpus_per_node: int = GPUS_PER_NODE
     compare_kv_dtypes: tuple[str, ...] = REFERENCE_KV_DTYPES
     compare_gpus: tuple[str, ...] = REFERENCE_GPUS
+    model_source: str | None = None  # catalogue | hub | config | manual; None: catalogue for an id, else manual
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +69,8 @@ class Resolved:
     n_gpus: int
     compare_kv: tuple[Precision, ...]
     compare_gpus: tuple[GPU, ...]
+    weights_auto: bool = False  # weight_dtype "auto": the model's own format (and safetensors total)
+    model_source: str = "catalogue"
 
     @property
     def context(self) -> int:
@@ -129,11 +134,16 @@ def resolve(request: SizingRequest) -> Resolved:
     if not isinstance(gpu, GPU):
         raise SizingError("gpu", f"expected a GPU id or GPU, got {type(gpu).__name__}")
     kv = get_precision(request.kv_dtype, group_size=request.kv_group_size, field="kv_dtype")
-    weights = get_precision(request.weight_dtype, group_size=request.weight_group_size, field="weight_dtype")
+    weights = resolve_weight_precision(request.weight_dtype, model, group_size=request.weight_group_size)
+    weights_auto = isinstance(request.weight_dtype, str) and request.weight_dtype.lower() == AUTO
+    source = request.model_source or ("catalogue" if preset_id else "manual")
+    if source not in MODEL_SOURCES:
+        raise SizingError("model_source", f"must be one of {', '.join(MODEL_SOURCES)}, got {source!r:.40}")
     usable = _check_workload(request, model)
     n_gpus = _check_deployment(request)
     compare_kv = tuple(get_precision(name, group_size=request.kv_group_size, field="compare_kv_dtypes")
                        for name in dict.fromkeys((*request.compare_kv_dtypes, kv.name)))
     compare_gpus = tuple(dict.fromkeys((*(_catalogue_gpu(g) for g in request.compare_gpus), gpu)))
     return Resolved(request=request, model=model, preset_id=preset_id, gpu=gpu, kv=kv, weights=weights,
-                    usable=usable, n_gpus=n_gpus, compare_kv=compare_kv, compare_gpus=compare_gpus)
+                    usable=usable, n_gpus=n_gpus, compare_kv=compare_kv, compare_gpus=compare_gpus,
+                    weights_auto=weights_auto, model_source=source)

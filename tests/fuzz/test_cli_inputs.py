@@ -41,6 +41,8 @@ class Surface:
 
 SURFACES = (
     Surface("sizing", "sizing.cli", ("--json",)),
+    Surface("sizing engine", "sizing.cli", ("--json", "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h200",
+                                            "--context", "8192")),
     Surface("planner", "planner.cli", ("--json",)),
     Surface("simulation snapshot", "simulation.cli", ("--json",), subcommand="snapshot"),
     Surface("simulation timeline", "simulation.cli", ("--json", "--rate", "5"), subcommand="timeline"),

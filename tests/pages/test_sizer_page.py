@@ -7,6 +7,7 @@ import json
 import pytest
 
 from support.apptest import metric_text, open_page, texts
+from support.paths import ROOT
 from ui import handoff
 
 PAGE = "1_sizer.py"
@@ -236,3 +237,30 @@ def test_config_with_non_list_architectures_is_refused_by_field(architectures):
     assert not at.exception
     assert any("architectures" in e.value for e in at.error), [e.value for e in at.error]
     assert metric(at, "KV per token") == "320 KiB"
+
+
+def test_engine_mode_shows_vllm_figures_and_explains_a_pasted_log():
+    at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
+    assert metric(at, "GPU KV cache size").endswith("tokens")
+    commands = [c.value for c in at.code]
+    assert any(c.startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1") for c in commands)
+    assert any("sglang.launch_server" in c for c in commands)
+    log = (ROOT / "tests" / "data" / "vllm_logs" / "qwen3-14b-lmcache.log").read_text()
+    at.text_area(key="engine_log_text").set_value(log).run()
+    assert not at.exception
+    assert not at.error
+    checks = next(d.value for d in at.dataframe if "figure" in d.value.columns)
+    # The page's model (Llama-3.1-8B, 128 KiB/token) is not the log's Qwen3-14B: the rebuilt
+    # token count is the log's 6.51 GiB ÷ 2 MiB blocks, and it says so by not matching.
+    assert list(checks["figure"])[0] == "GPU KV cache size (tokens)"
+    assert checks["rebuilt"][0] == 6.51 * 2**30 // (16 * 131_072) * 16 and not checks["matches"][0]
+
+
+def test_engine_mode_refusals_are_named_and_keep_the_last_figures():
+    at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
+    before = metric(at, "GPU KV cache size")
+    at.number_input(key=key("gpu_memory_utilization")).set_value(0.06).run()  # weights alone exceed 6 %
+    assert any("gpu_memory_utilization" in e.value for e in at.error)
+    assert metric(at, "GPU KV cache size") == before
+    at.text_area(key="engine_log_text").set_value("just some text\n").run()
+    assert any("not a vLLM start-up log" in e.value for e in at.error)

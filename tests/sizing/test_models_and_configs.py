@@ -43,7 +43,8 @@ ESTIMATE_TOLERANCE = 0.01  # the estimate leaves out biases and similar: under 1
 
 
 def test_every_preset_listed():
-    assert set(PRESET_IDS) == set(PUBLISHED_PARAMS)
+    # The first twelve preset ids stay valid (old URLs and scripts); the catalogue adds more.
+    assert set(PUBLISHED_PARAMS) <= set(PRESET_IDS)
     for preset_id in PRESET_IDS:
         assert get_preset(preset_id).source.startswith("https://huggingface.co/")
         assert get_preset(preset_id).params_source

@@ -1,0 +1,300 @@
+"""Engine mode in one call: :func:`plan_engine` turns an :class:`EngineRequest` into a frozen
+:class:`EngineReport` — the per-GPU memory profile, the KV-cache groups, the figures vLLM will
+print ("Available KV cache memory", "GPU KV cache size", "Maximum concurrency"), the reverse
+questions in engine terms and the launch commands.
+
+Reverse questions:
+
+* the ``gpu_memory_utilization`` needed for ``users`` concurrent requests of ``max_model_len``
+  tokens: the smallest ``u`` (to 0.001) with ``total × u − non-KV ≥ users × blocks per request ×
+  bytes per block``;
+* the largest ``max_model_len`` one request of which fits (vLLM's own binary search);
+* the smallest TP — a power of two that divides the query heads and suits the KV heads, as
+  vLLM requires (it pads the vocabulary, so that need not divide) — at which the users fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from hardware.gpus import GPU, get_gpu
+from inputs.errors import InputError
+from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
+from sizing.engine.launch import LaunchPlan, sglang_command, sglang_max_total_tokens, sglang_mem_fraction, vllm_command
+from sizing.engine.memory import ActivationShape, MemoryProfile, memory_profile
+from sizing.errors import SizingError
+from sizing.kv import weights_bytes
+from sizing.models import MAX_TOKENS, ModelShape, check_int
+from sizing.precisions import Precision, get_precision
+from sizing.presets import get_preset
+from units import GiB
+
+ENGINE_KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")  # what vLLM's --kv-cache-dtype can hold
+MAX_ENGINE_TP = 64
+DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization default
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's chunked-prefill default for the API server on big GPUs
+DEFAULT_MAX_NUM_SEQS = 256
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineRequest:
+    """What engine mode is asked. Byte overrides are per GPU; None means "estimate it".
+
+    ``kv_budget_bytes_per_gpu`` is the engine's "Available KV cache memory" and replaces the
+    whole memory profile; ``users`` asks for the utilisation that serves them.
+    """
+
+    model: ModelShape | str
+    gpu: GPU | str = "h100-sxm"
+    tp: int = 1
+    kv_dtype: str = "bf16"
+    weight_dtype: str = "bf16"
+    weight_group_size: int | None = 128
+    max_model_len: int = 32_768
+    block_size: int = 16
+    gpu_memory_utilization: float = DEFAULT_UTILIZATION
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+    users: int | None = None
+    rule: GroupingRule | str = GroupingRule.HYBRID
+    enforce_eager: bool = False
+    activation: ActivationShape | None = None
+    model_repo: str | None = None
+    total_bytes_per_gpu: int | None = None
+    weights_total_bytes: int | None = None  # the sizer's weight bytes (whole model); else params × weight dtype
+    weights_bytes_per_gpu: int | None = None  # a measured figure ("Model loading took X GiB")
+    kv_budget_bytes_per_gpu: int | None = None
+    activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineReport:
+    """Everything engine mode shows; bytes per GPU unless named otherwise."""
+
+    request: EngineRequest
+    model: ModelShape
+    gpu: GPU
+    kv_precision: Precision
+    profile: MemoryProfile
+    layout: KVCacheLayout
+    num_blocks: int
+    kv_cache_tokens: int
+    max_concurrency: float
+    blocks_per_request: int
+    request_bytes: int  # one request of max_model_len, over all layer slots
+    fits_one_request: bool
+    max_model_len_fit: int  # vLLM's estimate of the largest max_model_len that fits
+    required_gpu_memory_utilization: float | None
+    smallest_tp: int | None
+    replicas_for_users: int | None  # TP groups needed for ``users`` at this TP
+    sglang_max_total_tokens: int
+    sglang_mem_fraction_static: float
+    launch_command: str
+    launch_command_sglang: str
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def available_kv_bytes_per_gpu(self) -> int:
+        return self.profile.available_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        layout = self.layout
+        return {
+            "engine": "vllm",
+            "engine_grouping_rule": str(layout.rule),
+            "engine_available_kv_bytes_per_gpu": self.available_kv_bytes_per_gpu,
+            "engine_memory": self.profile.as_dict(),
+            "kv_cache_groups": {
+                "page_bytes": layout.page_bytes,
+                "group_size": layout.group_size,
+                "layer_slots": layout.layer_slots,
+                "padding_layers": layout.padding_layers,
+                "warnings": [w.message for w in layout.warnings],
+                "groups": [{"kind": str(g.kind), "window": g.window, "layers": list(g.layer_indices),
+                            "padding": g.padding, "block_size": g.block_size, "page_bytes": g.page_bytes}
+                           for g in layout.groups],
+            },
+            "engine_num_blocks": self.num_blocks,
+            "engine_kv_cache_tokens": self.kv_cache_tokens,
+            "engine_max_concurrency": self.max_concurrency,
+            "engine_blocks_per_request": self.blocks_per_request,
+            "engine_request_bytes": self.request_bytes,
+            "engine_fits_one_request": self.fits_one_request,
+            "engine_max_model_len": self.max_model_len_fit,
+            "required_gpu_memory_utilization": self.required_gpu_memory_utilization,
+            "engine_smallest_tp": self.smallest_tp,
+            "engine_replicas_for_users": self.replicas_for_users,
+            "sglang_max_total_tokens": self.sglang_max_total_tokens,
+            "sglang_mem_fraction_static": self.sglang_mem_fraction_static,
+            "launch_command": self.launch_command,
+            "launch_command_sglang": self.launch_command_sglang,
+            "engine_notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inputs:
+    model: ModelShape
+    repo: str
+    gpu: GPU
+    kv: Precision
+    weights: Precision | None
+    activation: ActivationShape
+
+
+def _resolve(request: EngineRequest) -> _Inputs:
+    if isinstance(request.model, str):
+        preset = get_preset(request.model)
+        model, repo = preset.shape, preset.repo
+        activation = request.activation or ActivationShape.from_config(preset.config)
+    elif isinstance(request.model, ModelShape):
+        model, repo = request.model, request.model.name
+        activation = request.activation or ActivationShape.assumed_for(request.model)
+    else:
+        raise SizingError("model", f"expected a preset id or ModelShape, got {type(request.model).__name__}")
+    gpu = request.gpu
+    if isinstance(gpu, str):
+        try:
+            gpu = get_gpu(gpu)
+        except InputError as exc:
+            raise SizingError(exc.field, exc.message) from None
+    if not isinstance(gpu, GPU):
+        raise SizingError("gpu", f"expected a GPU id or GPU, got {type(gpu).__name__}")
+    if request.kv_dtype not in ENGINE_KV_DTYPES:
+        raise SizingError("kv_dtype", f"vLLM caches KV as {', '.join(ENGINE_KV_DTYPES)}; got {request.kv_dtype!r:.40}")
+    kv = get_precision(request.kv_dtype, field="kv_dtype")
+    weights = None if request.weights_total_bytes is not None else get_precision(
+        request.weight_dtype, group_size=request.weight_group_size, field="weight_dtype")
+    check_int("max_model_len", request.max_model_len, high=MAX_TOKENS)
+    check_int("max_num_batched_tokens", request.max_num_batched_tokens, high=1 << 24)
+    check_int("max_num_seqs", request.max_num_seqs, high=1 << 20)
+    if request.users is not None:
+        check_int("users", request.users, high=1 << 30)
+    _check_tp(model, request.tp)
+    for name in ("total_bytes_per_gpu", "weights_total_bytes", "weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "activation_bytes",
+                 "non_torch_bytes", "cuda_graph_bytes"):
+        value = getattr(request, name)
+        if value is not None:
+            check_int(name, value, low=0 if name != "total_bytes_per_gpu" else 1, high=1 << 50)
+    return _Inputs(model=model, repo=request.model_repo or repo, gpu=gpu, kv=kv, weights=weights,
+                   activation=activation)
+
+
+def _check_tp(model: ModelShape, tp: int) -> int:
+    """vLLM's rule: query heads divide over TP; KV heads divide or are replicated."""
+    model.check_tp(tp)
+    if model.q_heads % tp:
+        raise SizingError("tp", f"TP {tp} does not divide the {model.q_heads} attention heads")
+    return tp
+
+
+def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) -> MemoryProfile:
+    total = request.total_bytes_per_gpu or inp.gpu.engine_total_bytes
+    weights = request.weights_bytes_per_gpu
+    if weights is None:
+        total_weights = request.weights_total_bytes
+        if total_weights is None:
+            total_weights = weights_bytes(inp.model.params, inp.weights)
+        weights = math.ceil(Fraction(total_weights, tp))
+    return memory_profile(
+        total_bytes=total, total_measured=request.total_bytes_per_gpu is not None or inp.gpu.engine_total_measured,
+        utilization=utilization, weights_bytes_per_gpu=weights, shape=inp.activation, tp=tp,
+        max_num_batched_tokens=request.max_num_batched_tokens, max_num_seqs=request.max_num_seqs,
+        enforce_eager=request.enforce_eager, weights_given=request.weights_bytes_per_gpu is not None,
+        activation_bytes=request.activation_bytes, non_torch=request.non_torch_bytes,
+        cuda_graph=request.cuda_graph_bytes,
+        available_bytes=request.kv_budget_bytes_per_gpu if tp == request.tp else None,
+    )
+
+
+def _required_utilization(profile: MemoryProfile, layout: KVCacheLayout, request: EngineRequest) -> float | None:
+    """Smallest utilisation (to 0.001) whose KV pool holds ``users`` requests; None above 1."""
+    if request.users is None:
+        return None
+    if layout.rule is GroupingRule.SINGLE:
+        blocks = math.ceil(Fraction(request.users * request.max_model_len, layout.block_size)) * len(layout.groups)
+    else:
+        blocks = request.users * layout.blocks_per_request(request.max_model_len, request.max_num_batched_tokens)
+    kv_needed = blocks * layout.bytes_per_block_all_layers
+    non_kv = profile.requested_bytes - profile.available_bytes  # what the profile takes besides KV
+    utilization = Fraction(math.ceil(Fraction(non_kv + kv_needed, profile.total.bytes) * 1000), 1000)
+    return float(utilization) if utilization <= 1 else None
+
+
+def _figures(request: EngineRequest, inp: _Inputs, tp: int, utilization: float):
+    profile = _profile(request, inp, tp, utilization)
+    layout = kv_cache_layout(inp.model, inp.kv, tp=tp, block_size=request.block_size, rule=request.rule)
+    blocks = layout.num_blocks(profile.available_bytes)
+    return profile, layout, blocks
+
+
+def _smallest_tp(request: EngineRequest, inp: _Inputs) -> int | None:
+    wanted = max(request.users or 1, 1)
+    tp = 1
+    while tp <= MAX_ENGINE_TP:
+        try:
+            _check_tp(inp.model, tp)
+        except SizingError:
+            tp *= 2
+            continue
+        _, layout, blocks = _figures(request, inp, tp, request.gpu_memory_utilization)
+        if blocks and layout.max_concurrency(blocks, request.max_model_len, request.max_num_batched_tokens) >= wanted:
+            return tp
+        tp *= 2
+    return None
+
+
+def plan_engine(request: EngineRequest) -> EngineReport:
+    """Every engine-mode figure for one request (see :class:`EngineReport`).
+
+    Raises :class:`SizingError` naming ``gpu_memory_utilization`` (or ``kv_budget_gib_per_gpu``
+    when the budget was given) when the KV budget cannot hold a single block.
+    """
+    inp = _resolve(request)
+    profile, layout, blocks = _figures(request, inp, request.tp, request.gpu_memory_utilization)
+    field_name = "kv_budget_gib_per_gpu" if request.kv_budget_bytes_per_gpu is not None else "gpu_memory_utilization"
+    if blocks == 0:
+        raise SizingError(field_name, f"leaves {profile.available_bytes / GiB:,.2f} GiB per GPU for the KV cache, "
+                                      f"less than one block in every layer slot "
+                                      f"({layout.bytes_per_block_all_layers / GiB * 1024:,.2f} MiB)")
+    concurrency = layout.max_concurrency(blocks, request.max_model_len, request.max_num_batched_tokens)
+    per_request = layout.request_bytes(request.max_model_len, request.max_num_batched_tokens)
+    limit = inp.model.max_context or MAX_TOKENS
+    notes = []
+    if per_request > profile.available_bytes:
+        notes.append(f"vLLM would refuse to start: one request of {request.max_model_len:,} tokens needs "
+                     f"{per_request / GiB:.2f} GiB, more than the {profile.available_bytes / GiB:.2f} GiB available")
+    if inp.activation.assumed:
+        notes.append("activation widths assumed (hidden = heads × head dim, MLP 3.5 × hidden, 128 K vocabulary)")
+    users = request.users
+    replicas = None
+    if users is not None and concurrency >= 1:
+        replicas = math.ceil(users / math.floor(concurrency))
+    weights_per_gpu = profile.weights.bytes
+    kv_pool = blocks * layout.bytes_per_block_all_layers
+    runtime = profile.activation.bytes + profile.non_torch.bytes + profile.cuda_graph.bytes
+    fraction = sglang_mem_fraction(profile.total.bytes, weights_per_gpu, runtime, kv_pool)
+    launch = LaunchPlan(model_repo=inp.repo, tp=request.tp, kv_dtype=inp.kv.name, max_model_len=request.max_model_len,
+                        gpu_memory_utilization=request.gpu_memory_utilization,
+                        max_num_seqs=min(request.max_num_seqs, max(1, users or request.max_num_seqs)),
+                        block_size=request.block_size, max_num_batched_tokens=request.max_num_batched_tokens)
+    return EngineReport(
+        request=request, model=inp.model, gpu=inp.gpu, kv_precision=inp.kv, profile=profile, layout=layout,
+        num_blocks=blocks, kv_cache_tokens=layout.tokens(blocks), max_concurrency=concurrency,
+        blocks_per_request=layout.blocks_per_request(request.max_model_len, request.max_num_batched_tokens),
+        request_bytes=per_request, fits_one_request=per_request <= profile.available_bytes,
+        max_model_len_fit=layout.max_model_len(profile.available_bytes, limit, request.max_num_batched_tokens),
+        required_gpu_memory_utilization=_required_utilization(profile, layout, request),
+        smallest_tp=_smallest_tp(request, inp), replicas_for_users=replicas,
+        sglang_max_total_tokens=sglang_max_total_tokens(
+            total_bytes=profile.total.bytes, weights_bytes=weights_per_gpu, mem_fraction_static=fraction,
+            model=inp.model, tp=request.tp, kv_bytes_per_value=inp.kv.bytes_per_value),
+        sglang_mem_fraction_static=fraction,
+        launch_command=vllm_command(launch), launch_command_sglang=sglang_command(launch, fraction),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,192 @@
+"""Engine options of ``python -m sizing`` (``--engine vllm`` and its settings) and the
+``python -m sizing explain-log PATH|-`` subcommand.
+
+Per-GPU budgets here (``--kv-budget-gib-per-gpu``, ``--activation-gib``, ``--non-torch-gib``,
+``--cuda-graph-gib``, ``--gpu-total-gib``) are what vLLM logs for one GPU; the sizer's own
+``--kv-budget-gib`` stays the budget over the whole TP group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from fractions import Fraction
+from pathlib import Path
+
+from inputs.bounds import Bound
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
+from inputs.uploads import dumps_strict, loads_json, read_capped, read_path_capped
+from sizing.engine.capacity import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    DEFAULT_MAX_NUM_SEQS,
+    DEFAULT_UTILIZATION,
+    EngineReport,
+    EngineRequest,
+    plan_engine,
+)
+from sizing.engine.explain import explain_log
+from sizing.engine.groups import GroupingRule
+from sizing.engine.memory import ActivationShape
+from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
+from sizing.hf_config import MAX_CONFIG_BYTES
+from sizing.presets import DEFAULT_PRESET, get_preset, presets
+from units import GiB
+
+ENGINES = ("vllm",)
+UTILIZATION = Bound(field="gpu_memory_utilization", low=0, low_open=True, high=1)
+BATCHED_TOKENS = Bound(field="max_num_batched_tokens", low=1, high=1 << 24, integer=True, unit="tokens")
+NUM_SEQS = Bound(field="max_num_seqs", low=1, high=1 << 20, integer=True, unit="sequences")
+GIB_PER_GPU = Bound(field="gib", low=0, high=100_000, unit="GiB")
+TOTAL_GIB = Bound(field="gpu_total_gib", low=0.001, high=100_000, unit="GiB")
+ENGINE_OPTION_FOR_FIELD = {
+    "gpu_memory_utilization": "--gpu-memory-utilization", "max_num_batched_tokens": "--max-num-batched-tokens",
+    "max_num_seqs": "--max-num-seqs", "kv_budget_gib_per_gpu": "--kv-budget-gib-per-gpu",
+    "kv_budget_bytes_per_gpu": "--kv-budget-gib-per-gpu", "activation_bytes": "--activation-gib",
+    "non_torch_bytes": "--non-torch-gib", "cuda_graph_bytes": "--cuda-graph-gib", "engine_rule": "--engine-rule",
+    "max_model_len": "--context", "total_bytes_per_gpu": "--gpu-total-gib", "log": "PATH",
+}
+
+
+def _gib_bytes(value: float | None) -> int | None:
+    return None if value is None else math.floor(Fraction(repr(value)) * GiB)
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser, *, with_engine_flag: bool = True) -> None:
+    """The engine group: ``--engine`` and vLLM's settings, with per-GPU overrides."""
+    group = parser.add_argument_group("engine (vLLM V1; per-GPU figures as vLLM logs them)")
+    if with_engine_flag:
+        group.add_argument("--engine", type=choice(ENGINES), metavar="{vllm}",
+                           help="add the engine's figures: memory profile, KV-cache groups, tokens, concurrency, "
+                                "reverse questions and launch commands")
+    group.add_argument("--gpu-memory-utilization", type=arg_type(UTILIZATION), default=DEFAULT_UTILIZATION,
+                       metavar="F", help=f"vLLM's --gpu-memory-utilization ({help_range(UTILIZATION)}; default 0.9)")
+    group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS),
+                       default=DEFAULT_MAX_NUM_BATCHED_TOKENS, metavar="N",
+                       help=f"tokens per scheduler step ({help_range(BATCHED_TOKENS)}; default 8192)")
+    group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), default=DEFAULT_MAX_NUM_SEQS, metavar="N",
+                       help=f"sequences per step ({help_range(NUM_SEQS)}; default 256)")
+    for option, what in (("--kv-budget-gib-per-gpu", "the engine's \"Available KV cache memory\" on ONE GPU; "
+                                                     "replaces the estimated memory profile"),
+                         ("--activation-gib", "measured activation peak per GPU (replaces the estimate)"),
+                         ("--non-torch-gib", "measured non-torch memory per GPU (replaces the estimate)"),
+                         ("--cuda-graph-gib", "measured CUDA-graph memory per GPU (replaces the estimate)")):
+        group.add_argument(option, type=arg_type(GIB_PER_GPU), metavar="X", help=f"{what} ({help_range(GIB_PER_GPU)})")
+    group.add_argument("--gpu-total-gib", type=arg_type(TOTAL_GIB), metavar="X",
+                       help="the CUDA total per GPU (torch.cuda.mem_get_info); default: the catalogue's")
+    group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), default=str(GroupingRule.HYBRID),
+                       metavar="{" + ",".join(GroupingRule) + "}",
+                       help="KV-cache grouping: hybrid (vLLM ≥ 0.12), hybrid-min (0.10–0.11), single (older)")
+    group.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (their estimate becomes 0)")
+
+
+def _activation_from_config(path: Path) -> ActivationShape:
+    config = loads_json(read_path_capped(str(path), MAX_CONFIG_BYTES, field="config"), field="config")
+    if not isinstance(config, dict):
+        raise UsageError("argument --config: the top level must be a JSON object")
+    return ActivationShape.from_config(config)
+
+
+def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total_bytes: int) -> EngineRequest:
+    """The :class:`EngineRequest` of the sizer's parsed options (``model``/``gpu`` already built,
+    ``weights_total_bytes`` the sizer's weight bytes for the whole model)."""
+    manual = any(getattr(args, name, None) is not None for name in ("layers", "q_heads", "kv_heads", "head_dim",
+                                                                     "params"))
+    if getattr(args, "config", None) is None and not manual:
+        model = args.model or DEFAULT_PRESET
+    activation = _activation_from_config(args.config) if getattr(args, "config", None) is not None else None
+    return EngineRequest(
+        model=model, gpu=gpu, tp=args.tp, kv_dtype=args.kv_dtype, weights_total_bytes=weights_total_bytes,
+        max_model_len=args.context, block_size=args.block_size,
+        gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs, users=args.users, rule=args.engine_rule, enforce_eager=args.enforce_eager,
+        activation=activation, total_bytes_per_gpu=_gib_bytes(args.gpu_total_gib),
+        kv_budget_bytes_per_gpu=_gib_bytes(args.kv_budget_gib_per_gpu),
+        activation_bytes=_gib_bytes(args.activation_gib), non_torch_bytes=_gib_bytes(args.non_torch_gib),
+        cuda_graph_bytes=_gib_bytes(args.cuda_graph_gib),
+    )
+
+
+def format_engine(report: EngineReport) -> list[str]:
+    """Readable lines for the table output."""
+    p, layout = report.profile, report.layout
+    lines = ["", f"Engine (vLLM, per GPU, grouping rule {layout.rule}):"]
+    for term in p.terms:
+        lines.append(f"  {term.name:<18} {term.bytes / GiB:>10,.2f} GiB  {'estimate' if term.estimated else 'given'}"
+                     f" ({term.basis})")
+    lines += [f"  Available KV cache memory: {report.available_kv_bytes_per_gpu / GiB:,.2f} GiB",
+              f"  KV-cache groups: {', '.join(g.label for g in layout.groups)} "
+              f"({layout.layer_slots} layer slots, page {layout.page_bytes:,} B)",
+              *(f"  ! {w.message}" for w in layout.warnings),
+              f"  GPU KV cache size: {report.kv_cache_tokens:,} tokens",
+              f"  Maximum concurrency for {report.request.max_model_len:,} tokens per request: "
+              f"{report.max_concurrency:.2f}x",
+              f"  largest max_model_len that fits: {report.max_model_len_fit:,}"]
+    if report.required_gpu_memory_utilization is not None:
+        lines.append(f"  gpu_memory_utilization for {report.request.users:,} users: "
+                     f"{report.required_gpu_memory_utilization:g}")
+    lines += [f"  smallest TP that fits: {report.smallest_tp}", "", f"  {report.launch_command}",
+              f"  {report.launch_command_sglang}", *(f"  note: {n}" for n in report.notes)]
+    return lines
+
+
+# ---- explain-log ---------------------------------------------------------------------------
+PROG = "python -m sizing explain-log"
+
+
+def _explain_parser() -> argparse.ArgumentParser:
+    from sizing.cli import BLOCK_SIZE, CONTEXT, add_model_arguments, _tp_degree
+
+    parser = OneLineParser(prog=PROG, description="Parse a vLLM start-up log and reproduce its figures (JSON).")
+    parser.add_argument("path", metavar="PATH", help="the log file, or - for standard input")
+    add_model_arguments(parser)
+    group = parser.add_argument_group("settings the log may not state")
+    group.add_argument("--tp", type=_tp_degree, metavar="N", help="tensor-parallel size")
+    group.add_argument("--kv-dtype", type=choice(("bf16", "fp16", "fp32", "fp8")), metavar="{bf16,fp16,fp32,fp8}")
+    group.add_argument("--context", type=arg_type(CONTEXT), metavar="TOKENS", help="max_model_len")
+    group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), metavar="N")
+    group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS), metavar="N")
+    group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), metavar="N")
+    group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), metavar="{" + ",".join(GroupingRule) + "}")
+    return parser
+
+
+def _log_bytes(path: str) -> bytes:
+    if path == "-":
+        return read_capped(sys.stdin.buffer, MAX_LOG_BYTES, field="log")
+    return read_path_capped(path, MAX_LOG_BYTES, field="log")
+
+
+def explain_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sizing explain-log``: exit 0 with JSON, or 2 with one line naming the input."""
+    from sizing.cli import model_from_args, option_for_field
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        args = _explain_parser().parse_args(argv)
+        parsed = parse_vllm_log(_log_bytes(args.path))
+        manual = any(getattr(args, n) is not None for n in ("layers", "q_heads", "kv_heads", "head_dim", "params"))
+        activation = None
+        if args.model is None and args.config is None and not manual:
+            preset = next((p for p in presets() if parsed.model and parsed.model.lower().startswith(p.repo.lower())),
+                          None)
+            if preset is None:
+                raise UsageError(f"argument --model: the log's model {parsed.model!r:.60} is not a preset; "
+                                 "give --model, --config or a manual shape")
+            model, activation = preset.shape, ActivationShape.from_config(preset.config)
+        else:
+            model = model_from_args(args)
+            if args.config is not None:
+                activation = _activation_from_config(args.config)
+            elif args.model is not None and not manual:
+                activation = ActivationShape.from_config(get_preset(args.model).config)
+        explanation = explain_log(parsed, model, activation=activation, tp=args.tp, kv_dtype=args.kv_dtype,
+                                  max_model_len=args.context, block_size=args.block_size,
+                                  max_num_batched_tokens=args.max_num_batched_tokens,
+                                  max_num_seqs=args.max_num_seqs, rule=args.engine_rule)
+        print(dumps_strict(explanation.as_dict(), indent=2))
+        return 0
+
+    return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))

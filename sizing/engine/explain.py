@@ -1,0 +1,288 @@
+"""Explain a vLLM start-up log: reproduce each figure it prints from the model's shape, and say
+term by term where the usual formula, this app and vLLM part ways.
+
+The usual formula divides the available memory by the bytes per token of every layer and the
+result by the context. vLLM differs in three places, each reported when it matters:
+
+* whole blocks: the budget is cut into blocks of ``block_size`` tokens in every layer slot;
+* padding: hybrid models get equal-size KV-cache groups, and padding slots take memory;
+* reservation: a sliding-window layer reserves ``window − 1 + max_num_batched_tokens`` tokens
+  plus a block per request, not ``min(context, window)``, so "Maximum concurrency" is not
+  tokens ÷ context.
+
+Printed GiB figures are rounded (to 0.01 GiB); a reconstruction is "within" when the logged
+figure lies in the range the rounded input allows. Ratios are compared to 0.5 %.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
+from sizing.engine.memory import ActivationShape, activation_peak_bytes
+from sizing.engine.vllm_log import ParsedLog
+from sizing.kv import KVCacheSpec
+from sizing.models import ModelShape
+from sizing.precisions import get_precision
+from units import GiB
+
+RATIO_TOLERANCE = 0.005  # concurrency within 0.5 %
+ACTIVATION_TOLERANCE = 0.25  # the activation estimate within 25 %
+_HALF_STEP_GIB = Fraction(1, 200)  # vLLM prints GiB with two decimals
+_LOG_KV_DTYPES = {"auto": None, "bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32",
+                  "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
+_MODEL_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "float32": "fp32"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One engine setting the reconstruction used, and where it came from (log, given, default)."""
+
+    name: str
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FigureCheck:
+    """One logged figure against its reconstruction.
+
+    ``low``/``high`` bound the reconstruction over the rounding of the logged inputs;
+    ``formula`` is what the usual tokens-and-context formula gives; ``why`` explains the gap.
+    """
+
+    name: str
+    logged: float
+    reconstructed: float
+    low: float
+    high: float
+    formula: float | None
+    within: bool
+    relative_error: float
+    why: str
+
+    def as_record(self) -> dict[str, Any]:
+        return {"name": self.name, "logged": self.logged, "reconstructed": self.reconstructed, "low": self.low,
+                "high": self.high, "formula": self.formula, "within": self.within,
+                "relative_error": self.relative_error, "why": self.why}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogExplanation:
+    """The parsed log, the settings assumed, each figure checked, and what could not be checked."""
+
+    parsed: ParsedLog
+    settings: tuple[Setting, ...]
+    layout: KVCacheLayout
+    checks: tuple[FigureCheck, ...]
+    not_reconstructed: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "parsed": self.parsed.as_dict(),
+            "settings": [{"name": s.name, "value": s.value, "source": s.source} for s in self.settings],
+            "kv_cache_groups": [g.label for g in self.layout.groups],
+            "layer_slots": self.layout.layer_slots,
+            "checks": [c.as_record() for c in self.checks],
+            "all_within": all(c.within for c in self.checks),
+            "not_reconstructed": list(self.not_reconstructed),
+        }
+
+
+def _relative(a: float, b: float) -> float:
+    return abs(a - b) / abs(b) if b else (0.0 if a == b else math.inf)
+
+
+def _setting(name: str, logged: Any, given: Any, default: Any) -> Setting:
+    if given is not None:
+        return Setting(name=name, value=given, source="given")
+    if logged is not None:
+        return Setting(name=name, value=logged, source="log")
+    return Setting(name=name, value=default, source="default")
+
+
+def _kv_dtype(parsed: ParsedLog, given: str | None) -> Setting:
+    if given is not None:
+        return Setting(name="kv_dtype", value=given, source="given")
+    logged = _LOG_KV_DTYPES.get(parsed.kv_cache_dtype or "", None)
+    if logged is not None:
+        return Setting(name="kv_dtype", value=logged, source="log")
+    model_dtype = _MODEL_DTYPES.get(parsed.dtype or "")
+    if model_dtype is not None:
+        return Setting(name="kv_dtype", value=model_dtype, source="log (model dtype, kv_cache_dtype=auto)")
+    return Setting(name="kv_dtype", value="bf16", source="default")
+
+
+def explain_log(
+    parsed: ParsedLog,
+    model: ModelShape,
+    *,
+    activation: ActivationShape | None = None,
+    tp: int | None = None,
+    kv_dtype: str | None = None,
+    max_model_len: int | None = None,
+    block_size: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+    rule: GroupingRule | str | None = None,
+) -> LogExplanation:
+    """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says."""
+    settings = {
+        "tp": _setting("tp", parsed.tp, tp, 1),
+        "kv_dtype": _kv_dtype(parsed, kv_dtype),
+        "max_model_len": _setting("max_model_len", parsed.max_model_len or parsed.concurrency_len, max_model_len,
+                                  model.max_context or 8192),
+        "block_size": _setting("block_size", parsed.block_size, block_size, 16),
+        "max_num_batched_tokens": _setting("max_num_batched_tokens", parsed.max_num_batched_tokens,
+                                           max_num_batched_tokens, 8192),
+        "max_num_seqs": _setting("max_num_seqs", parsed.max_num_seqs, max_num_seqs, 256),
+        "rule": _setting("rule", None, rule, str(GroupingRule.HYBRID)),
+    }
+    v = {name: s.value for name, s in settings.items()}
+    precision = get_precision(v["kv_dtype"], field="kv_dtype")
+    layout = kv_cache_layout(model, precision, tp=v["tp"], block_size=v["block_size"], rule=v["rule"])
+    length, mnbt = v["max_model_len"], v["max_num_batched_tokens"]
+    spec = KVCacheSpec(model=model, precision=precision, tp=v["tp"], block_size=v["block_size"])
+    checks: list[FigureCheck] = []
+    missing: list[str] = []
+
+    available = None if parsed.available_gib is None else Fraction(repr(parsed.available_gib)) * GiB
+    if available is not None:
+        low_b, high_b = available - _HALF_STEP_GIB * GiB, available + _HALF_STEP_GIB * GiB
+        blocks = layout.num_blocks(available)
+        naive_tokens = float(available / spec.bytes_per_token_per_gpu)
+        if parsed.kv_tokens is not None:
+            tokens = layout.tokens(blocks)
+            lo, hi = layout.tokens(layout.num_blocks(low_b)), layout.tokens(layout.num_blocks(high_b))
+            checks.append(FigureCheck(
+                name="GPU KV cache size (tokens)", logged=parsed.kv_tokens, reconstructed=tokens, low=lo, high=hi,
+                formula=naive_tokens, within=lo <= parsed.kv_tokens <= hi,
+                relative_error=_relative(tokens, parsed.kv_tokens),
+                why=_tokens_why(layout, naive_tokens, tokens)))
+        if parsed.gpu_blocks is not None:
+            lo, hi = layout.num_blocks(low_b), layout.num_blocks(high_b)
+            checks.append(FigureCheck(
+                name="GPU blocks", logged=parsed.gpu_blocks, reconstructed=blocks, low=lo, high=hi, formula=None,
+                within=lo <= parsed.gpu_blocks <= hi, relative_error=_relative(blocks, parsed.gpu_blocks),
+                why=f"available // ({layout.page_bytes:,} B page × {layout.group_size} layer slots)"))
+    else:
+        missing.append("Available KV cache memory is not in the log: tokens and blocks cannot be rebuilt from memory")
+
+    if parsed.concurrency is not None:
+        blocks_known = _blocks_from_log(parsed, layout)
+        if blocks_known is None and available is not None:
+            blocks_known = layout.num_blocks(available)
+        if blocks_known is None:
+            missing.append("Maximum concurrency: neither the KV cache size nor the available memory is logged")
+        else:
+            conc_len = parsed.concurrency_len or length
+            value = layout.max_concurrency(blocks_known, conc_len, mnbt)
+            naive = layout.tokens(blocks_known) / conc_len
+            err = _relative(value, parsed.concurrency)
+            checks.append(FigureCheck(
+                name=f"Maximum concurrency at {conc_len:,} tokens", logged=parsed.concurrency, reconstructed=value,
+                low=value, high=value, formula=naive, within=err <= RATIO_TOLERANCE or round(value, 2) == parsed.concurrency,
+                relative_error=err, why=_concurrency_why(layout, conc_len, mnbt, naive, value)))
+
+    _memory_checks(parsed, model, activation, v, checks, missing)
+    _length_checks(parsed, layout, mnbt, checks)
+    if parsed.padding_layers is not None:
+        ours = sum(w.padding_layers for w in layout.warnings)
+        checks.append(FigureCheck(
+            name="padding layers", logged=parsed.padding_layers, reconstructed=ours, low=ours, high=ours, formula=0,
+            within=ours == parsed.padding_layers, relative_error=_relative(ours, parsed.padding_layers),
+            why="equal-size KV-cache groups: " + ", ".join(g.label for g in layout.groups)))
+    for name, s in settings.items():
+        if s.source == "default":
+            missing.append(f"{name} not in the log; assumed {s.value}")
+    return LogExplanation(parsed=parsed, settings=tuple(settings.values()), layout=layout, checks=tuple(checks),
+                          not_reconstructed=tuple(missing))
+
+
+def _blocks_from_log(parsed: ParsedLog, layout: KVCacheLayout) -> int | None:
+    """The block count the log implies (``# GPU blocks``, or the token count × groups ÷ block)."""
+    if parsed.gpu_blocks is not None:
+        return parsed.gpu_blocks
+    if parsed.kv_tokens is not None:
+        return parsed.kv_tokens // layout.block_size * len(layout.groups)
+    return None
+
+
+def _tokens_why(layout: KVCacheLayout, naive: float, tokens: int) -> str:
+    parts = [f"whole blocks of {layout.block_size} tokens in {layout.layer_slots} layer slots"]
+    if layout.padding_layers:
+        parts.append(f"{layout.padding_layers} of the slots are padding")
+    if len(layout.groups) > 1:
+        parts.append(f"the pool is shared by {len(layout.groups)} groups, tokens counted once per group")
+    return f"formula {naive:,.0f} vs {tokens:,}: " + "; ".join(parts)
+
+
+def _concurrency_why(layout: KVCacheLayout, length: int, mnbt: int, naive: float, value: float) -> str:
+    if layout.rule is GroupingRule.SINGLE or len(layout.groups) == 1:
+        return f"tokens ÷ {length:,} rounded to whole blocks per request ({naive:.2f} by the formula)"
+    windows = [g for g in layout.groups if g.window is not None]
+    detail = ""
+    if windows:
+        g = windows[0]
+        detail = (f"; each {g.kind} group reserves {g.blocks_per_request(length, mnbt):,} blocks per request "
+                  f"(window {g.window:,} − 1 + max_num_batched_tokens {mnbt:,}, plus one)")
+    return (f"blocks ÷ {layout.blocks_per_request(length, mnbt):,} blocks per request over "
+            f"{len(layout.groups)} groups{detail}; tokens ÷ context would say {naive:.2f}")
+
+
+def _memory_checks(parsed: ParsedLog, model: ModelShape, activation: ActivationShape | None,
+                   v: dict[str, Any], checks: list[FigureCheck], missing: list[str]) -> None:
+    if parsed.activation_gib is not None:
+        shape = activation or ActivationShape.assumed_for(model)
+        estimate = activation_peak_bytes(shape, tp=v["tp"], max_num_batched_tokens=v["max_num_batched_tokens"],
+                                         max_num_seqs=v["max_num_seqs"]) / GiB
+        err = _relative(estimate, parsed.activation_gib)
+        checks.append(FigureCheck(
+            name="activation peak (GiB)", logged=parsed.activation_gib, reconstructed=estimate, low=estimate,
+            high=estimate, formula=None, within=err <= ACTIVATION_TOLERANCE, relative_error=err,
+            why="estimate: max(forward pass of max_num_batched_tokens, sampler over max_num_seqs rows)"
+                + (" with assumed widths" if shape.assumed else "")))
+    terms = (parsed.total_gib, parsed.gpu_memory_utilization, parsed.weights_gib, parsed.activation_gib,
+             parsed.non_torch_gib)
+    if parsed.available_gib is not None and all(t is not None for t in terms):
+        total, util, weights, act, non_torch = terms
+        rebuilt = total * util - weights - act - non_torch
+        err = abs(rebuilt - parsed.available_gib)
+        checks.append(FigureCheck(
+            name="Available KV cache memory (GiB)", logged=parsed.available_gib, reconstructed=rebuilt,
+            low=rebuilt - 0.03, high=rebuilt + 0.03, formula=None, within=err <= 0.03,
+            relative_error=_relative(rebuilt, parsed.available_gib),
+            why="total × utilisation − weights − activation peak − non-torch, each as logged (±0.03 GiB of rounding)"))
+    elif parsed.available_gib is not None:
+        missing.append("the memory breakdown (total, utilisation, weights, activation, non-torch) is not all "
+                       "in the log: the available memory is taken as logged")
+
+
+def _length_checks(parsed: ParsedLog, layout: KVCacheLayout, mnbt: int, checks: list[FigureCheck]) -> None:
+    if parsed.needed_gib is not None and parsed.max_model_len is not None:
+        needed = layout.request_bytes(parsed.max_model_len, mnbt) / GiB
+        checks.append(FigureCheck(
+            name=f"KV cache needed for {parsed.max_model_len:,} tokens (GiB)", logged=parsed.needed_gib,
+            reconstructed=needed, low=needed, high=needed, formula=None, within=round(needed, 2) == parsed.needed_gib,
+            relative_error=_relative(needed, parsed.needed_gib), why="layer slots × page × blocks per request"))
+    if parsed.estimated_max_len is not None:
+        text = f"{parsed.needed_gib}" if parsed.needed_gib is not None else None
+        if parsed.available_gib is None:
+            return
+        available = Fraction(repr(parsed.available_gib))
+        limit = parsed.max_model_len or 1 << 30
+        lo = layout.max_model_len((available - _HALF_STEP_GIB) * GiB, limit, mnbt)
+        hi = layout.max_model_len((available + _HALF_STEP_GIB) * GiB, limit, mnbt)
+        mid = layout.max_model_len(available * GiB, limit, mnbt)
+        checks.append(FigureCheck(
+            name="estimated maximum model length", logged=parsed.estimated_max_len, reconstructed=mid, low=lo,
+            high=hi, formula=None, within=lo <= parsed.estimated_max_len <= hi,
+            relative_error=_relative(mid, parsed.estimated_max_len),
+            why="vLLM's binary search over max_model_len for what fits in the available memory"
+                + ("" if text is None else f" (the full length needs {text} GiB)")))
+
+
+__all__ = ["FigureCheck", "LogExplanation", "Setting", "explain_log"]

@@ -1,0 +1,79 @@
+"""The engine CLI contract: ``python -m sizing --json --engine vllm`` keys and ``explain-log``."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import subprocess
+import sys
+
+from sizing.cli import build_parser, main
+from sizing.engine.cli import explain_main
+from support.paths import ROOT
+from units import GiB
+
+LOGS = ROOT / "tests" / "data" / "vllm_logs"
+KEYS = ("engine_available_kv_bytes_per_gpu", "engine_memory", "kv_cache_groups", "engine_kv_cache_tokens",
+        "engine_max_concurrency", "required_gpu_memory_utilization", "engine_max_model_len", "launch_command",
+        "launch_command_sglang")
+
+
+def _run(fn, argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = fn(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_engine_json_has_every_contract_key_and_the_sizer_keys():
+    code, out, _ = _run(main, ["--json", "--engine", "vllm", "--model", "llama-3.1-8b", "--gpu", "h200",
+                               "--context", "8192", "--users", "32", "--gpu-memory-utilization", "0.8",
+                               "--activation-gib", "1.5", "--non-torch-gib", "0.25", "--cuda-graph-gib", "0.5"])
+    assert code == 0
+    data = json.loads(out)
+    assert all(key in data for key in KEYS) and "per_token_bytes" in data
+    terms = {t["name"]: t for t in data["engine_memory"]["terms"]}
+    assert terms["activation peak"]["bytes"] == int(1.5 * GiB) and terms["activation peak"]["estimated"] is False
+    assert terms["weights"]["estimated"] is True
+    # 150,109,880,320 B × 0.8 − 16.06 GB weights − 1.5 − 0.25 − 0.5 GiB, floored as vLLM does.
+    expected = int(150_109_880_320 * 0.8) - 16_060_000_000 - int(2.25 * GiB)
+    assert data["engine_available_kv_bytes_per_gpu"] == expected
+    assert data["engine_kv_cache_tokens"] == expected // (4096 * 16) // 32 * 16
+    assert "--gpu-memory-utilization 0.8" in data["launch_command"]
+
+
+def test_per_gpu_budget_replaces_the_profile_and_help_says_which_budget_is_which():
+    code, out, _ = _run(main, ["--json", "--engine", "vllm", "--model", "llama-3.1-8b",
+                               "--kv-budget-gib-per-gpu", "10"])
+    assert code == 0 and json.loads(out)["engine_available_kv_bytes_per_gpu"] == 10 * GiB
+    text = " ".join(build_parser().format_help().split())
+    assert "over the whole TP group" in text and "on ONE GPU" in text
+
+
+def test_a_budget_without_room_for_a_block_is_one_line_naming_the_option():
+    code, out, err = _run(main, ["--json", "--engine", "vllm", "--kv-budget-gib-per-gpu", "0.000001"])
+    assert code == 2 and out == "" and "--kv-budget-gib-per-gpu" in err and len(err.strip().splitlines()) == 1
+
+
+def test_explain_log_reads_a_file_and_standard_input():
+    code, out, _ = _run(explain_main, [str(LOGS / "gemma3-1b-gke-mig.log"), "--layers", "26", "--q-heads", "4",
+                                       "--kv-heads", "1", "--head-dim", "256", "--params", "1B",
+                                       "--max-num-batched-tokens", "2048"])
+    assert code == 0
+    data = json.loads(out)
+    # A manual shape has no sliding layers, so the explainer says the padding does not match.
+    assert data["parsed"]["kv_tokens"] == 52_608 and not data["all_within"]
+    piped = subprocess.run([sys.executable, "-m", "sizing", "explain-log", "-", "--layers", "40", "--q-heads", "40",
+                            "--kv-heads", "8", "--head-dim", "128", "--params", "14.8B"],
+                           input=(LOGS / "qwen3-14b-lmcache.log").read_bytes(), capture_output=True, cwd=ROOT)
+    assert piped.returncode == 0 and json.loads(piped.stdout)["all_within"]
+
+
+def test_explain_log_refuses_what_it_cannot_use():
+    code, _, err = _run(explain_main, [str(LOGS / "README.md"), "--model", "llama-3.1-8b"])
+    assert code == 2 and "not a vLLM start-up log" in err
+    code, _, err = _run(explain_main, [str(LOGS / "qwen3-14b-lmcache.log")])
+    assert code == 2 and "--model" in err  # the log names no model and none was given
+    code, _, err = _run(explain_main, ["/nonexistent/log.txt", "--model", "llama-3.1-8b"])
+    assert code == 2 and "cannot read" in err

@@ -1,0 +1,155 @@
+"""The sizer page's engine mode (vLLM V1's own figures per GPU) and its start-up-log explainer.
+
+Controls are declared once in :data:`ENGINE_FIELDS` (URL-backed through the page's
+:class:`~ui.url_state.PageState`); the library call is :func:`sizing.engine.capacity.plan_engine`
+behind ``st.cache_data``; a refused input is shown beside the controls while the last valid
+engine figures stay on screen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from inputs.bounds import Bound
+from inputs.errors import InputError
+from inputs.uploads import upload_bytes
+from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
+from sizing.engine.explain import explain_log
+from sizing.engine.groups import GroupingRule
+from sizing.engine.memory import ActivationShape
+from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
+from sizing.models import ModelShape
+from sizing.presets import get_preset
+from sizing.report import SizingReport, SizingRequest
+from ui.url_state import ChoiceField, FlagField, NumberField, PageState
+from units import GiB
+
+UTILIZATION = Bound(field="gpu_memory_utilization", low=0.05, high=1.0)
+BATCHED = Bound(field="max_num_batched_tokens", low=16, high=1 << 20, integer=True, unit="tokens")
+SEQS = Bound(field="max_num_seqs", low=1, high=1 << 16, integer=True, unit="sequences")
+BUDGET = Bound(field="kv_budget_gib_per_gpu", low=0, high=100_000, unit="GiB (0 = estimate)")
+ENGINE_FIELDS = (
+    FlagField("eng", "engine_mode", False),
+    NumberField("gmu", "gpu_memory_utilization", 0.9, UTILIZATION),
+    NumberField("mnbt", "max_num_batched_tokens", 8192, BATCHED),
+    NumberField("mns", "max_num_seqs", 256, SEQS),
+    NumberField("kvg", "kv_budget_gib_per_gpu", 0.0, BUDGET),
+    ChoiceField("rule", "engine_rule", str(GroupingRule.HYBRID), tuple(GroupingRule)),
+)
+LAST_ENGINE = "sizer.last_valid_engine_request"
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def cached_engine(request: EngineRequest) -> EngineReport:
+    return plan_engine(request)
+
+
+def engine_controls(state: PageState) -> None:
+    """The engine-mode switch and vLLM's settings, in the controls column."""
+    st.subheader("Engine")
+    st.toggle("Engine mode (vLLM V1 figures per GPU)", key=state.key("engine_mode"))
+    if not state.value("engine_mode"):
+        return
+    c1, c2 = st.columns(2)
+    c1.number_input("gpu_memory_utilization", step=0.01, key=state.key("gpu_memory_utilization"))
+    c2.number_input("KV budget per GPU (GiB, 0 = estimate)", step=1.0, key=state.key("kv_budget_gib_per_gpu"),
+                    help="vLLM's logged 'Available KV cache memory'; replaces the estimated profile.")
+    c1.number_input("max_num_batched_tokens", step=1024, key=state.key("max_num_batched_tokens"))
+    c2.number_input("max_num_seqs", step=16, key=state.key("max_num_seqs"))
+    st.selectbox("KV-cache grouping (vLLM version)", tuple(GroupingRule), key=state.key("engine_rule"),
+                 help="hybrid: vLLM ≥ 0.12; hybrid-min: 0.10–0.11; single: older versions")
+
+
+def _engine_request(sizing: SizingRequest, report: SizingReport, state: PageState) -> EngineRequest:
+    budget = BUDGET.check(state.value("kv_budget_gib_per_gpu"))
+    return EngineRequest(
+        model=sizing.model, gpu=report.gpu, tp=report.tp, kv_dtype=report.kv_precision.name,
+        weights_total_bytes=report.weights_bytes, max_model_len=report.context, block_size=report.block_size,
+        gpu_memory_utilization=UTILIZATION.check(state.value("gpu_memory_utilization")),
+        max_num_batched_tokens=BATCHED.check(state.value("max_num_batched_tokens")),
+        max_num_seqs=SEQS.check(state.value("max_num_seqs")), users=report.users,
+        rule=state.value("engine_rule"), kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None,
+    )
+
+
+def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState) -> None:
+    """Engine figures, reverse answers, launch commands and the log explainer."""
+    if not state.value("engine_mode"):
+        return
+    st.subheader("What vLLM will print (per GPU)")
+    engine = None
+    try:
+        request = _engine_request(sizing, report, state)
+        engine = cached_engine(request)
+        st.session_state[LAST_ENGINE] = request
+    except InputError as exc:
+        st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+        previous = st.session_state.get(LAST_ENGINE)
+        if previous is not None:
+            st.caption(":material/history: Showing the last valid engine figures.")
+            engine = cached_engine(previous)
+    if engine is not None:
+        _figures(engine, report)
+    _explainer(sizing)
+
+
+def _figures(engine: EngineReport, report: SizingReport) -> None:
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Available KV cache memory", f"{engine.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
+    m2.metric("GPU KV cache size", f"{engine.kv_cache_tokens:,} tokens")
+    m3.metric(f"Maximum concurrency at {engine.request.max_model_len:,}", f"{engine.max_concurrency:,.2f}×")
+    st.dataframe(pd.DataFrame([{"term": t.name, "GiB": round(t.bytes / GiB, 3),
+                                "estimated": t.estimated, "basis": t.basis} for t in engine.profile.terms]),
+                 hide_index=True, key="engine_memory_table")
+    layout = engine.layout
+    st.markdown(f"**KV-cache groups** ({layout.rule}): " + ", ".join(g.label for g in layout.groups)
+                + f" — {layout.layer_slots} layer slots of {layout.page_bytes:,} B pages.")
+    for warning in layout.warnings:
+        st.warning(warning.message, icon=":material/warning:")
+    for note in engine.notes:
+        st.info(note, icon=":material/info:")
+    util = engine.required_gpu_memory_utilization
+    st.markdown(
+        f"- `gpu_memory_utilization` for {report.users:,} users of {engine.request.max_model_len:,} tokens: "
+        + (f"**{util:g}**" if util is not None else "**more than one GPU holds** (raise TP)")
+        + f"\n- Largest `max_model_len` that fits: **{engine.max_model_len_fit:,}**"
+        + f"\n- Smallest TP that serves them: **{engine.smallest_tp or 'none up to 64'}**"
+        + (f"\n- Whole TP replicas for {report.users:,} users: **{engine.replicas_for_users} × TP {engine.request.tp} = "
+           f"{engine.replicas_for_users * engine.request.tp} GPUs**" if engine.replicas_for_users else "")
+        + f"\n- The sizer's pooled count ({report.gpus.label} GPUs) pools memory over GPUs; the replica count "
+          "above places whole TP groups, each with its own copy of the weights.")
+    st.code(engine.launch_command, language="bash")
+    st.code(engine.launch_command_sglang, language="bash")
+    st.caption(f"SGLang would hold {engine.sglang_max_total_tokens:,} tokens per GPU at --mem-fraction-static "
+               f"{engine.sglang_mem_fraction_static:g} (its rule: (total × fraction − weights) ÷ bytes per token).")
+
+
+def _activation(model: ModelShape | str) -> ActivationShape | None:
+    return ActivationShape.from_config(get_preset(model).config) if isinstance(model, str) else None
+
+
+def _explainer(sizing: SizingRequest) -> None:
+    with st.expander("Explain a vLLM start-up log", icon=":material/troubleshoot:"):
+        uploaded = st.file_uploader("Log file", type=["log", "txt"], key="engine_log_upload")
+        pasted = st.text_area("…or paste it", key="engine_log_text", height=140)
+        try:
+            data = upload_bytes(uploaded.getvalue(), MAX_LOG_BYTES, field="log") if uploaded else pasted.encode()
+            if not data.strip():
+                st.caption("Paste the lines from start-up to 'Maximum concurrency'; the model is the one chosen above.")
+                return
+            model = get_preset(sizing.model).shape if isinstance(sizing.model, str) else sizing.model
+            explanation = explain_log(parse_vllm_log(data), model, activation=_activation(sizing.model))
+        except InputError as exc:
+            st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+            return
+        rows: list[dict[str, Any]] = [
+            {"figure": c.name, "vLLM": c.logged, "rebuilt": round(c.reconstructed, 4),
+             "formula": None if c.formula is None else round(c.formula, 2), "matches": c.within, "why": c.why}
+            for c in explanation.checks]
+        st.dataframe(pd.DataFrame(rows), hide_index=True, key="engine_log_checks")
+        st.caption("Found: " + ", ".join(explanation.parsed.found_fields))
+        for missing in explanation.not_reconstructed:
+            st.caption(f":material/help: {missing}")
