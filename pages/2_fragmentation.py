@@ -8,22 +8,36 @@ State lives in the URL so a link reopens the same view; the sizer's latest resul
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import streamlit as st
 
-from simulation.explorer import (SharingSettings, WorkloadSettings, allocator_configs, block_table_view,
-                                 build_workload, sharing_view, snapshot_view, timeline_view, token_address)
+from planner.step_time import shape_step_cost
+from simulation.explorer import WorkloadSettings, allocator_configs, build_workload, snapshot_view, timeline_view
 from simulation.snapshot import PICTURE_REQUESTS, SnapshotConfig
+from simulation.step_cost import StepCost
 from simulation.timeline import TimelineConfig
 from simulation.traces import TraceError
 from simulation.workloads import Workload
+from sizing.presets import get_preset
+from hardware.gpus import get_gpu
 from ui import fragmentation_charts as charts
-from ui.fragmentation_controls import (BATCH, Sidebar, block_table_settings, clamp_to, page_state, sharing_settings,
-                                       sidebar)
+from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TIMELINE_REQUESTS, Sidebar, page_state,
+                                       sidebar, step_gpus, step_models)
+from ui.fragmentation_views import block_table_section, figure2_section, prefix_section, sharing_section
 from ui.router import run_through_router
 from ui.url_state import PageState
 
 DEFAULT_WORKLOAD = WorkloadSettings(kind="lognormal")
 PERCENT = st.column_config.NumberColumn(format="percent")
+CATEGORY_WORDS = (
+    "**Token states**: slots holding a token's keys and values now. "
+    "**Reservation**: slots set aside for tokens the request will still produce. "
+    "**Internal fragmentation**: slots reserved beyond the request's final length (Max reserves the whole "
+    "context, Pow2 up to twice the output, Oracle nothing, paging at most the end of the last block). "
+    "**External fragmentation & others**: what the allocator takes beyond the request (a buddy allocator's "
+    "power-of-two rounding), free holes too small for the next request, and a budget remainder smaller than "
+    "a block. **Free**: the rest (the paper's bars count it under 'others').")
 
 
 # ---- cached library calls ------------------------------------------------------------------------
@@ -49,8 +63,8 @@ def cached_timeline(_workload: Workload, workload_key: tuple, rate: float | None
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def cached_sharing(settings: SharingSettings, block_size: int, seed: int):
-    return sharing_view(settings, block_size=block_size, seed=seed)
+def cached_step_cost(model_id: str, gpu_id: str) -> StepCost:
+    return shape_step_cost(get_preset(model_id).shape, gpu_id=gpu_id)
 
 
 # ---- workload ------------------------------------------------------------------------------------
@@ -80,6 +94,7 @@ def _previous_workload() -> tuple[Workload, tuple]:
 
 
 # ---- tabs ----------------------------------------------------------------------------------------
+@st.fragment
 def snapshot_section(state: PageState, chosen: Sidebar, workload: Workload, key: tuple) -> None:
     left, right, third = st.columns(3)
     policy = left.radio("Contiguous reservation (Orca baselines)", ("max", "pow2", "oracle"),
@@ -125,10 +140,45 @@ def snapshot_section(state: PageState, chosen: Sidebar, workload: Workload, key:
     st.dataframe(table, hide_index=True, key="frag.table", column_config={
         "empty slots per request": st.column_config.NumberColumn(format="%.1f"),
         **{c: PERCENT for c in table.columns if c not in ("scheme", "requests that fit", "empty slots per request")}})
+    st.caption(CATEGORY_WORDS + f" Pow2 and Oracle differ only where the buddy allocator rounds their "
+               f"reservations to different powers of two: here {view.pow2_oracle_same_chunk:.0%} of the requests get "
+               "the same chunk under both, so they fit alike and only the split between internal (Pow2's "
+               "reserve beyond the output) and external (rounding) changes.")
     st.download_button(":material/download: Summary as CSV", table.to_csv(index=False).encode(),
                        file_name="fragmentation_summary.csv", mime="text/csv", key="frag.download")
+    state.sync()
 
 
+def engine_config(state: PageState, chosen: Sidebar) -> TimelineConfig:
+    """The scheduler and step-time settings shared by the over-time and prefix-caching tabs."""
+    cols = st.columns(4)
+    source = cols[0].radio("Step time", tuple(STEP_SOURCES), format_func=STEP_SOURCES.get, key=state.key("step_source"))
+    if source == "model":
+        model = cols[1].selectbox("Model", step_models(), key=state.key("step_model"),
+                                  format_func=lambda i: get_preset(i).name)
+        gpu = cols[2].selectbox("GPU", step_gpus(), key=state.key("step_gpu"),
+                                format_func=lambda i: get_gpu(i).label)
+        cost = cached_step_cost(model, gpu)
+        cols[3].caption(f"Roofline, BF16, datasheet rates: a step reads the weights ({cost.fixed_s * 1e3:.1f} ms) "
+                        "and the batch's KV, or computes its tokens, whichever takes longer.")
+    else:
+        step_ms = cols[1].number_input("Decode step (ms)", 1.0, 1000.0, key=state.key("step_ms"))
+        prefill = cols[2].number_input("Prefill (tokens/s)", 100.0, 10**7 * 1.0, key=state.key("prefill"))
+        cost = StepCost.constant(decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill)
+    cols = st.columns(3)
+    max_seqs = int(cols[0].number_input("max_num_seqs", 1, BATCH.high, key=state.key("max_batch")))
+    batched = int(cols[1].number_input("max_num_batched_tokens", max_seqs, BATCHED_TOKENS.high,
+                                       key=state.key("max_batched_tokens")))
+    chunked = cols[2].toggle("Chunked prefill", key=state.key("chunked"))
+    if not chunked and batched < chosen.max_context:
+        chunked = True
+        cols[2].caption(f"Without chunking a step must hold a whole {chosen.max_context:,}-token prompt: kept on.")
+    return TimelineConfig(budget=chosen.budget, max_context=chosen.max_context, block_size=chosen.block_size,
+                          address_space=chosen.address_space, step_cost=cost, max_num_seqs=max_seqs,
+                          max_num_batched_tokens=max(batched, max_seqs), chunked_prefill=chunked)
+
+
+@st.fragment
 def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key: tuple) -> None:
     cols = st.columns(4)
     allocation = cols[0].selectbox("Allocator", ("contiguous-max", "contiguous-pow2", "contiguous-oracle", "paged"),
@@ -138,24 +188,26 @@ def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key:
         "Trace's own arrivals", key=state.key("trace_arrivals"))
     rate = cols[3].number_input("Arrival rate (requests/s, Poisson)", 0.01, 10_000.0, key=state.key("rate"),
                                 disabled=use_trace_arrivals)
-    cols = st.columns(3)
-    step_ms = cols[0].number_input("Decode step (ms)", 1.0, 1000.0, key=state.key("step_ms"))
-    prefill = cols[1].number_input("Prefill (tokens/s)", 100.0, 10**7 * 1.0, key=state.key("prefill"))
-    max_batch = int(cols[2].number_input("Largest batch", 1, BATCH.high, key=state.key("max_batch")))
-    config = TimelineConfig(budget=chosen.budget, max_context=chosen.max_context, allocation=allocation,
-                            block_size=chosen.block_size, preemption=preemption, address_space=chosen.address_space,
-                            decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill, max_batch=max_batch)
+    base = engine_config(state, chosen)
+    caching = allocation == "paged" and st.toggle("Prefix caching (each request's own blocks, after a preemption)",
+                                                  key=state.key("prefix_caching"))
+    config = replace(base, allocation=allocation, preemption=preemption, prefix_caching=caching)
+    if workload.size > TIMELINE_REQUESTS:
+        st.caption(f"Over time: the first {TIMELINE_REQUESTS:,} of the {workload.size:,} requests.")
+        workload, key = workload.head(TIMELINE_REQUESTS), (key, TIMELINE_REQUESTS)
     poisson_rate = None if use_trace_arrivals else rate  # None: the trace's own arrival times
     seed = chosen.workload.seed
     result = cached_timeline(workload, key, poisson_rate, seed, config)
-    cols = st.columns(5)
+    cols = st.columns(7)
     cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
     cols[1].metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
     cols[2].metric("Budget holding tokens (time average)", f"{result.token_state_fraction:.1%}")
     cols[3].metric("Preemptions", f"{result.preemptions:,}",
                    help=f"recomputed {result.recomputed_tokens:,} tokens, swapped {result.swapped_tokens:,}; "
-                        f"stalls {result.preemption_stall_s:,.1f} s")
+                        f"swap stalls {result.preemption_stall_s:,.1f} s")
     cols[4].metric("Mean wait", f"{result.mean_wait_s:,.2f} s")
+    cols[5].metric("Mean TTFT", f"{result.mean_ttft_s:,.2f} s")
+    cols[6].metric("Mean TPOT", f"{result.mean_tpot_s * 1e3:,.1f} ms", help=f"mean step {result.mean_step_s * 1e3:.1f} ms")
     memory, load, wait = charts.timeline_figures(result, chosen.budget.tokens)
     st.caption("Lower the KV budget in the sidebar to watch the pool fill: contiguous reservations "
                "queue new requests, paging preempts running ones.")
@@ -173,42 +225,12 @@ def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key:
                         key="frag.chart.compare")
         st.dataframe(charts.allocator_table(runs), hide_index=True, key="frag.compare_table",
                      column_config={"token share of used memory": PERCENT})
+    state.sync()
 
 
-def sharing_section(state: PageState, chosen: Sidebar) -> None:
-    results = cached_sharing(sharing_settings(state), chosen.block_size, chosen.workload.seed)
-    table = charts.sharing_table(results)
-    st.plotly_chart(charts.sharing_figure(table, chosen.block_size), key="frag.chart.sharing")
-    st.dataframe(table, hide_index=True, key="frag.sharing_table", column_config={"saved": PERCENT})
-    st.caption("Forked samples and beams share blocks (reference counts) and copy a shared block "
-               "before writing into it; a cached prefix shares only its full blocks.")
-
-
-def block_table_section(state: PageState, chosen: Sidebar) -> None:
-    settings = block_table_settings(state)
-    per_token = chosen.budget.per_token_bytes
-    demo, pool_blocks = block_table_view(settings, token_bytes=per_token, seed=chosen.workload.seed,
-                                         row_blocks=charts.POOL_COLUMNS)
-    st.plotly_chart(charts.pool_figure(demo, pool_blocks), key="frag.chart.pool")
-    st.caption("The physical pool (a shuffled free list, as in a pool that has been in use): grey "
-               "blocks are free, coloured ones belong to one sequence, dark grey ones are shared; "
-               "L is the logical block, ref the reference count.")
-    cols = st.columns(2)
-    clamp_to(state, "bt_seq", settings.sequences - 1)
-    sequence = cols[0].selectbox("Sequence", range(settings.sequences), key=state.key("bt_seq"))
-    length = demo.lengths[sequence]
-    clamp_to(state, "bt_pos", length - 1)
-    position = int(cols[1].number_input("Token position p", 0, length - 1, key=state.key("bt_pos")))
-    address = token_address(demo, sequence, position)
-    line = (f"p = {position}: logical block p // B = {address.logical_block}, offset p % B = {address.offset}, "
-            f"physical block {address.physical_block} (ref count {address.ref_count})")
-    if address.byte_address is not None:
-        line += (f"; byte address = {address.physical_block} × {demo.manager.block_bytes:,} + {address.offset} × "
-                 f"{per_token:,} = {address.byte_address:,}")
-    st.markdown(line)
-    st.dataframe(charts.block_tables(demo), hide_index=True, key="frag.bt_tables")
-    st.caption(f"Copy-on-write copies so far: {demo.copies}. Last events:")
-    st.dataframe(charts.event_log(demo), hide_index=True, key="frag.bt_log")
+def default_engine(chosen: Sidebar) -> TimelineConfig:
+    """The prefix tab's engine: vLLM's defaults on the sidebar's budget and blocks."""
+    return TimelineConfig(budget=chosen.budget, max_context=chosen.max_context, block_size=chosen.block_size)
 
 
 def main() -> None:
@@ -222,13 +244,17 @@ def main() -> None:
         st.caption(f":material/link_off: {notice}")
     chosen = sidebar(state)
     workload, key = load_workload(chosen)
-    snapshot_tab, timeline_tab, sharing_tab, table_tab = st.tabs(
-        [":material/photo_camera: Snapshot", ":material/timeline: Over time", ":material/share: Sharing",
-         ":material/table_chart: Block table"])
+    snapshot_tab, timeline_tab, prefix_tab, paper_tab, sharing_tab, table_tab = st.tabs(
+        [":material/photo_camera: Snapshot", ":material/timeline: Over time", ":material/cached: Prefix caching",
+         ":material/menu_book: Paper's figure 2", ":material/share: Sharing", ":material/table_chart: Block table"])
     with snapshot_tab:
         snapshot_section(state, chosen, workload, key)
     with timeline_tab:
         timeline_section(state, chosen, workload, key)
+    with prefix_tab:
+        prefix_section(state, chosen, default_engine(chosen), chosen.workload.seed)
+    with paper_tab:
+        figure2_section()
     with sharing_tab:
         sharing_section(state, chosen)
     with table_tab:

@@ -8,8 +8,14 @@ Modules, one job each:
 - ``policies``: Orca reservation policies (Max, Pow2, Oracle) and context clipping;
 - ``allocators``: buddy and first-fit address spaces;
 - ``snapshot``: requests that fit, utilisation, waste, policy comparison, block-size sweep;
-- ``timeline``: continuous batching over time with preemption by recompute or swap;
+- ``timeline`` (settings and results in ``timeline_types``, the step loop in ``engine``, its closed
+  forms in ``engine_sums``): continuous batching over time as vLLM's V1 scheduler runs it
+  (max_num_seqs, max_num_batched_tokens, chunked prefill), preemption by recompute or swap;
+- ``step_cost``: a step's time as a memory/compute roofline (or the user's constant);
+- ``block_pool``: paged block pools, vLLM's prefix cache (hashes of full blocks, LRU free queue)
+  and a CPU tier; ``content`` and ``prefix_workloads``: what prompts share;
+- ``paper_figure2``: the PagedAttention paper's figure 2 reproduced over time;
 - ``block_table``: block tables, reference counts, copy-on-write, token addresses;
 - ``sharing``: parallel sampling, beam search and prefix caching savings;
-- ``cli``: ``python -m simulation snapshot|timeline``.
+- ``cli``: ``python -m simulation snapshot|timeline|prefix``.
 """

@@ -1,4 +1,4 @@
-"""Command line: ``python -m simulation snapshot|timeline [options] [--json]``.
+"""Command line: ``python -m simulation snapshot|timeline|prefix [options] [--json]``.
 
 Bad arguments end with exit code 2 and one line that names the argument, never a traceback:
 every numeric option parses through a :class:`~inputs.bounds.Bound` (its range is in ``--help``),
@@ -20,8 +20,11 @@ from inputs.uploads import dumps_strict
 from simulation.allocators import AddressSpace
 from simulation.memory import GIB, KvBudget, MemoryBreakdown
 from simulation.policies import ReservationPolicy
+from simulation.prefix_workloads import PrefixScenario, prefix_workload, with_shared_prefix
 from simulation.snapshot import DEFAULT_BLOCK_SIZE, SnapshotConfig, run_snapshot
-from simulation.timeline import Allocation, Preemption, TimelineConfig, run_timeline
+from simulation.step_cost import DEFAULT_DECODE_STEP_S, DEFAULT_PREFILL_TOKENS_PER_S, StepCost
+from simulation.timeline import (DEFAULT_CPU_LINK_GBPS, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
+                                 Allocation, CpuTierConfig, Preemption, TimelineConfig, TimelineResult, run_timeline)
 from simulation.traces import load_trace_csv
 from simulation.workloads import (MAX_REQUESTS, Fixed, LogNormal, TotalLengthSpec, Uniform, Workload,
                                   poisson_arrivals)
@@ -60,7 +63,22 @@ PROGRESS = Bound(field="--progress", low=0, high=1)
 RATE = Bound(field="--rate", low=1e-6, high=10**6, unit="requests/s")
 DECODE_STEP_S = Bound(field="--decode-step-s", low=1e-6, high=60, unit="s")
 PREFILL_TOKENS_PER_S = Bound(field="--prefill-tokens-per-s", low=1, high=10**9, unit="tokens/s")
-MAX_BATCH = Bound(field="--max-batch", low=1, high=65_536, integer=True, unit="requests")
+MAX_NUM_SEQS = Bound(field="--max-num-seqs", low=1, high=65_536, integer=True, unit="requests")
+MAX_NUM_BATCHED_TOKENS = Bound(field="--max-num-batched-tokens", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
+CPU_TIER_GIB = Bound(field="--cpu-tier-gib", low=0, high=10**5, low_open=True, unit="GiB")
+CPU_LINK_GBPS = Bound(field="--cpu-link-gbps", low=0.001, high=10**4, unit="GB/s")
+# The prefix command's scenario: tokens per part, requests, turns (each turn repeats the history,
+# so turns × (user + output) stays far below any context).
+SYSTEM_PROMPT_TOKENS = Bound(field="--system-prompt-tokens", low=0, high=10**6, integer=True, unit="tokens")
+USER_TOKENS = Bound(field="--user-tokens", low=0, high=10**6, integer=True, unit="tokens")
+OUTPUT_TOKENS = Bound(field="--output-tokens", low=1, high=10**6, integer=True, unit="tokens")
+PREFIX_REQUESTS = Bound(field="--requests", low=1, high=100_000, integer=True, unit="requests")
+TURNS = Bound(field="--turns", low=1, high=1000, integer=True, unit="turns")
+PREFIXES = Bound(field="--prefixes", low=1, high=10_000, integer=True, unit="prefixes")
+THINK_S = Bound(field="--think-s", low=0, high=10**5, unit="s")
+DEFAULT_PREFIX_OUTPUT_TOKENS = 100
+DEFAULT_PREFIX_RATE = 10.0  # conversations per second
+DEFAULT_THINK_S = 5.0
 DISTRIBUTIONS = ("lognormal", "uniform", "fixed")
 
 
@@ -134,10 +152,47 @@ def build_parser() -> argparse.ArgumentParser:
     _options(timeline, "--allocator", [a.value for a in Allocation], "allocator", "paged")
     _options(timeline, "--address-space", [a.value for a in AddressSpace], "contiguous allocators only", "buddy")
     _options(timeline, "--preempt", [p.value for p in Preemption], "paged preemption", "recompute")
-    _number(timeline, "--decode-step-s", DECODE_STEP_S, "seconds per decode step", default=None)
-    _number(timeline, "--prefill-tokens-per-s", PREFILL_TOKENS_PER_S, "prefill throughput", default=None)
-    _number(timeline, "--max-batch", MAX_BATCH, "largest batch", default=None)
+    _add_engine_options(timeline)
+    timeline.add_argument("--prefix-caching", action="store_true",
+                          help="vLLM's automatic prefix caching (paged only)")
+    prefix = commands.add_parser("prefix", help="prefix caching over time: hit rate, prefill saved, evictions")
+    _number(prefix, "--system-prompt-tokens", SYSTEM_PROMPT_TOKENS, "shared prefix of every prompt", default=0)
+    _number(prefix, "--user-tokens", USER_TOKENS, "each request's (each turn's) own tokens", default=0)
+    _number(prefix, "--output-tokens", OUTPUT_TOKENS, f"tokens generated per request (default "
+            f"{DEFAULT_PREFIX_OUTPUT_TOKENS})", default=DEFAULT_PREFIX_OUTPUT_TOKENS)
+    _number(prefix, "--requests", PREFIX_REQUESTS, "requests (all turns together)", default=None)
+    _number(prefix, "--turns", TURNS, "turns per conversation: each prompt repeats the previous turn", default=1)
+    _number(prefix, "--prefixes", PREFIXES, "distinct shared prefixes (few-shot: one per task)", default=1)
+    _number(prefix, "--rate", RATE, f"conversations per second (default {DEFAULT_PREFIX_RATE:g})",
+            default=DEFAULT_PREFIX_RATE)
+    _number(prefix, "--think-s", THINK_S, f"seconds between an answer and the next turn (default "
+            f"{DEFAULT_THINK_S:g})", default=DEFAULT_THINK_S)
+    prefix.add_argument("--trace", help="CSV of requests (prompt, output, arrival; optional conversation_id); "
+                                        "the shared prefix is put before each prompt")
+    _number(prefix, "--seed", SEED, "random seed (default 0)", default=0)
+    _add_budget_options(prefix)
+    _add_engine_options(prefix)
     return parser
+
+
+def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine (vLLM V1 scheduler)")
+    _number(group, "--decode-step-s", DECODE_STEP_S, f"seconds per decode step (default {DEFAULT_DECODE_STEP_S:g})",
+            default=DEFAULT_DECODE_STEP_S)
+    _number(group, "--prefill-tokens-per-s", PREFILL_TOKENS_PER_S,
+            f"tokens a step computes per second (default {DEFAULT_PREFILL_TOKENS_PER_S:,.0f})",
+            default=DEFAULT_PREFILL_TOKENS_PER_S)
+    group.add_argument("--max-batch", "--max-num-seqs", dest="max_num_seqs", type=arg_type(MAX_NUM_SEQS),
+                       default=DEFAULT_MAX_NUM_SEQS,
+                       help=f"sequences per step (default {DEFAULT_MAX_NUM_SEQS}; {help_range(MAX_NUM_SEQS)})")
+    _number(group, "--max-num-batched-tokens", MAX_NUM_BATCHED_TOKENS,
+            f"tokens per step (default {DEFAULT_MAX_NUM_BATCHED_TOKENS:,})", default=DEFAULT_MAX_NUM_BATCHED_TOKENS)
+    group.add_argument("--no-chunked-prefill", dest="chunked_prefill", action="store_false",
+                       help="a prompt must fit one step whole")
+    _number(group, "--cpu-tier-gib", CPU_TIER_GIB, "CPU memory for evicted prefix blocks and swapped sequences "
+            "(needs bytes per token)", default=None)
+    _number(group, "--cpu-link-gbps", CPU_LINK_GBPS, f"CPU link, GB/s (default {DEFAULT_CPU_LINK_GBPS:g})",
+            default=DEFAULT_CPU_LINK_GBPS)
 
 
 def _workload(args: argparse.Namespace, default_n: int, rng: np.random.Generator) -> Workload:
@@ -214,9 +269,64 @@ def _snapshot(args: argparse.Namespace) -> dict[str, object]:
         "contiguous_waste_tokens_mean": round(result.contiguous.waste_tokens_mean, 3),
         "paged_waste_tokens_mean": round(result.paged.waste_tokens_mean, 3),
         "paged_waste_tokens_max": result.paged.waste_tokens_max,
+        "breakdown": _breakdown_json(result.contiguous.breakdown),
         "contiguous_breakdown": _breakdown_json(result.contiguous.breakdown),
         "paged_breakdown": _breakdown_json(result.paged.breakdown),
         "sample_reused": result.sample_reused,
+    }
+
+
+def _engine_config(args: argparse.Namespace, *, allocation: str, preemption: str,
+                   prefix_caching: bool) -> TimelineConfig:
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        raise _bad("--max-num-batched-tokens", f"must be >= --max-num-seqs ({args.max_num_seqs}), "
+                                               f"got {args.max_num_batched_tokens}")
+    if not args.chunked_prefill and args.max_num_batched_tokens < args.max_context:
+        raise _bad("--max-num-batched-tokens", f"without chunked prefill it must hold a whole prompt of "
+                                               f"--max-context ({args.max_context}) tokens")
+    budget = _budget(args)
+    cpu_tier = None
+    if args.cpu_tier_gib is not None:
+        if allocation != Allocation.PAGED.value:
+            raise _bad("--cpu-tier-gib", "the CPU tier needs --allocator paged")
+        if budget.per_token_bytes is None:
+            raise _bad("--cpu-tier-gib", "needs --per-token-bytes (to turn GiB into blocks)")
+        if int(args.cpu_tier_gib * GIB) < args.block_size * budget.per_token_bytes:
+            raise _bad("--cpu-tier-gib", "holds less than one block")
+        cpu_tier = CpuTierConfig(gib=args.cpu_tier_gib, link_gbps=args.cpu_link_gbps)
+    if prefix_caching and allocation != Allocation.PAGED.value:
+        raise _bad("--prefix-caching", "prefix caching needs --allocator paged")
+    return TimelineConfig(
+        budget=budget, max_context=args.max_context, allocation=allocation, block_size=args.block_size,
+        address_space=getattr(args, "address_space", "buddy"), preemption=preemption,
+        step_cost=StepCost.constant(decode_step_s=args.decode_step_s, prefill_tokens_per_s=args.prefill_tokens_per_s),
+        max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+        chunked_prefill=args.chunked_prefill, prefix_caching=prefix_caching, cpu_tier=cpu_tier)
+
+
+def _engine_report(result: TimelineResult) -> dict[str, object]:
+    """What every over-time command prints about the run itself."""
+    return {
+        "completed": result.completed, "rejected": result.rejected,
+        "duration_s": round(result.duration_s, 3), "throughput_requests_per_s": round(result.throughput_per_s, 4),
+        "mean_batch_size": round(result.mean_batch_size, 3), "mean_step_s": round(result.mean_step_s, 6),
+        "mean_wait_s": round(result.mean_wait_s, 4), "mean_ttft_s": round(result.mean_ttft_s, 4),
+        "mean_tpot_s": round(result.mean_tpot_s, 6),
+        "preemptions": result.preemptions, "recomputed_tokens": result.recomputed_tokens,
+        "swapped_tokens": result.swapped_tokens, "preemption_stall_s": round(result.preemption_stall_s, 3),
+    }
+
+
+def _prefix_report(result: TimelineResult) -> dict[str, object]:
+    prefix = result.prefix
+    if prefix is None:
+        return {}
+    return {
+        "hit_rate": round(prefix.hit_rate, 6), "prompt_tokens": prefix.prompt_tokens,
+        "prefill_tokens_saved": prefix.prefill_tokens_saved, "hit_tokens": prefix.hit_tokens,
+        "cpu_hit_tokens": prefix.cpu_hit_tokens, "cached_blocks_peak": prefix.cached_blocks_peak,
+        "evictions": prefix.evictions, "cpu_stored_blocks": prefix.cpu_stored_blocks,
+        "cpu_transfer_s": round(prefix.cpu_transfer_s, 4),
     }
 
 
@@ -227,24 +337,46 @@ def _timeline(args: argparse.Namespace) -> dict[str, object]:
         workload = workload.with_arrivals(poisson_arrivals(workload.size, args.rate, rng))
     elif workload.arrival_s is None:
         raise _bad("--rate", "the workload has no arrival times: give --rate (requests/s)")
-    overrides = {name: getattr(args, name) for name in ("decode_step_s", "prefill_tokens_per_s", "max_batch")
-                 if getattr(args, name) is not None}
-    config = TimelineConfig(budget=_budget(args), max_context=args.max_context,
-                            allocation=args.allocator, block_size=args.block_size,
-                            address_space=args.address_space, preemption=args.preempt, **overrides)
+    config = _engine_config(args, allocation=args.allocator, preemption=args.preempt,
+                            prefix_caching=args.prefix_caching)
     result = run_timeline(workload, config)
     return {
         "workload": workload.source, "requests": workload.size, "budget_tokens": config.budget.tokens,
         "allocator": config.allocation.value, "preempt": config.preemption.value,
         "block_size": config.block_size, "max_context": config.max_context,
-        "completed": result.completed, "rejected": result.rejected,
-        "duration_s": round(result.duration_s, 3), "mean_batch_size": round(result.mean_batch_size, 3),
+        "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
+        "chunked_prefill": config.chunked_prefill, "prefix_caching": config.prefix_caching,
+        **_engine_report(result),
         "token_state_fraction": round(result.token_state_fraction, 6),
         "breakdown": _breakdown_json(result.breakdown),
-        "preemptions": result.preemptions, "recomputed_tokens": result.recomputed_tokens,
-        "swapped_tokens": result.swapped_tokens,
-        "preemption_stall_s": round(result.preemption_stall_s, 3),
-        "mean_wait_s": round(result.mean_wait_s, 4),
+        **_prefix_report(result),
+    }
+
+
+def _prefix(args: argparse.Namespace) -> dict[str, object]:
+    rng = np.random.default_rng(args.seed)
+    if args.trace is not None:
+        workload = load_trace_csv(args.trace)
+        if args.requests:
+            workload = workload.head(args.requests)
+        if workload.arrival_s is None:
+            workload = workload.with_arrivals(poisson_arrivals(workload.size, args.rate, rng))
+        workload = with_shared_prefix(workload, args.system_prompt_tokens)
+    else:
+        if args.system_prompt_tokens + args.user_tokens < 1:
+            raise _bad("--user-tokens", "a prompt needs a token: give --system-prompt-tokens or --user-tokens")
+        scenario = PrefixScenario(requests=args.requests or DEFAULT_TIMELINE_REQUESTS,
+                                  system_tokens=args.system_prompt_tokens, user_tokens=args.user_tokens,
+                                  output_tokens=args.output_tokens, prefixes=args.prefixes, turns=args.turns,
+                                  rate=args.rate, think_s=args.think_s)
+        workload = prefix_workload(scenario, rng)
+    config = _engine_config(args, allocation=Allocation.PAGED.value, preemption=Preemption.RECOMPUTE.value,
+                            prefix_caching=True)
+    result = run_timeline(workload, config)
+    return {
+        "workload": workload.source, "requests": workload.size, "budget_tokens": config.budget.tokens,
+        "block_size": config.block_size, **_prefix_report(result), **_engine_report(result),
+        "breakdown": _breakdown_json(result.breakdown),
     }
 
 
@@ -267,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args = build_parser().parse_args(argv)
-        report = _snapshot(args) if args.command == "snapshot" else _timeline(args)
+        report = {"snapshot": _snapshot, "timeline": _timeline, "prefix": _prefix}[args.command](args)
         try:
             text = dumps_strict(report, indent=2) if args.json else _table(report)
         except ValueError:  # NaN or infinity: bounded options should never get here

@@ -12,11 +12,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from simulation.block_table import BlockTableDemo, TokenAddress, block_table_demo, demo_pool_blocks
+from simulation.allocators import chunk_sizes
 from simulation.memory import GIB, KvBudget
 from simulation.sharing import SharingResult, beam_search, parallel_sampling, prefix_caching
 from simulation.snapshot import (BlockSizeSweep, PolicyRow, SnapshotConfig, SnapshotResult,
                                  compare_policies, run_snapshot, sweep_block_sizes)
-from simulation.timeline import Allocation, TimelineConfig, TimelineResult, run_timeline
+from simulation.policies import ReservationPolicy, clip_to_context, reservation_tokens
+from simulation.prefix_workloads import PrefixScenario, prefix_workload
+from simulation.timeline import Allocation, CpuTierConfig, TimelineConfig, TimelineResult, run_timeline
 from simulation.traces import TRACES_DIR, load_trace_csv, shipped_trace_names
 from simulation.workloads import Fixed, LogNormal, TotalLengthSpec, Uniform, Workload, poisson_arrivals, preset
 
@@ -67,20 +70,29 @@ def budget_from_gib(gib: float, per_token_bytes: int) -> KvBudget:
 
 @dataclass(frozen=True, kw_only=True)
 class SnapshotView:
-    """The snapshot tab: the headline comparison, every policy, and the block-size sweep."""
+    """The snapshot tab: the headline comparison, every policy, and the block-size sweep.
+
+    ``pow2_oracle_same_chunk`` is the share of requests whose buddy chunk is the same under Pow2
+    and Oracle (then both admit them alike, and only the split of the chunk differs).
+    """
 
     result: SnapshotResult
     rows: tuple[PolicyRow, ...]
     sweep: BlockSizeSweep
+    pow2_oracle_same_chunk: float
 
 
 def snapshot_view(workload: Workload, config: SnapshotConfig, seed: int) -> SnapshotView:
     """Snapshot figures for the explorer. The moments' draw (random progress) is seeded apart from
     the workload's, and identically for the headline figures and the policy comparison, so that
     both describe the same instant."""
+    prompt, output, _ = clip_to_context(workload, config.max_context)
+    pow2, oracle = (chunk_sizes(config.address_space, reservation_tokens(policy, prompt, output, config.max_context))
+                    for policy in (ReservationPolicy.POW2, ReservationPolicy.ORACLE))
     return SnapshotView(result=run_snapshot(workload, config, np.random.default_rng(seed + 1)),
                         rows=compare_policies(workload, config, np.random.default_rng(seed + 1)),
-                        sweep=sweep_block_sizes(workload, max_context=config.max_context))
+                        sweep=sweep_block_sizes(workload, max_context=config.max_context),
+                        pow2_oracle_same_chunk=float(np.mean(pow2 == oracle)))
 
 
 def timeline_view(workload: Workload, config: TimelineConfig, *, rate: float | None, seed: int,
@@ -145,3 +157,50 @@ def block_table_view(settings: BlockTableSettings, *, token_bytes: int | None, s
 def token_address(demo: BlockTableDemo, sequence: int, position: int) -> TokenAddress:
     """Where token ``position`` of ``sequence`` lives in the demo's pool."""
     return demo.manager.address(sequence, position)
+
+
+# Block sizes and budget shares of the prefix-caching sweep (the chosen ones are added).
+PREFIX_SWEEP_BLOCKS = (16, 64, 256)
+PREFIX_SWEEP_BUDGET_SHARES = (0.25, 1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixView:
+    """The prefix-caching tab: the run as set, the same without the CPU tier (when one is set),
+    and the hit rate against block size at each of a few budgets."""
+
+    result: TimelineResult
+    without_cpu: TimelineResult | None
+    sweep_blocks: tuple[int, ...]
+    sweep_budgets: tuple[int, ...]
+    sweep_hit_rate: np.ndarray  # (budgets, blocks)
+    sweep_evictions: np.ndarray  # (budgets, blocks)
+
+
+def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int) -> PrefixView:
+    """Prefix caching over time on ``scenario``'s requests under ``config`` (paged, caching on)."""
+    workload = prefix_workload(scenario, np.random.default_rng(seed))
+    config = replace(config, allocation=Allocation.PAGED, prefix_caching=True)
+    result = run_timeline(workload, config)
+    without = None if config.cpu_tier is None else run_timeline(workload, replace(config, cpu_tier=None))
+    blocks = tuple(sorted(set(PREFIX_SWEEP_BLOCKS) | {config.block_size}))
+    budgets = tuple(sorted({max(1, int(share * config.budget.tokens)) for share in PREFIX_SWEEP_BUDGET_SHARES}))
+    rates = np.zeros((len(budgets), len(blocks)))
+    evictions = np.zeros_like(rates)
+    for i, tokens in enumerate(budgets):
+        for j, block in enumerate(blocks):
+            budget = replace(config.budget, tokens=tokens)
+            if tokens // block < 2:
+                continue  # not even two blocks: nothing to cache
+            try:
+                run = run_timeline(workload, replace(config, budget=budget, block_size=block, cpu_tier=None))
+            except ValueError:
+                continue
+            rates[i, j], evictions[i, j] = run.prefix.hit_rate, run.prefix.evictions
+    return PrefixView(result=result, without_cpu=without, sweep_blocks=blocks, sweep_budgets=budgets,
+                      sweep_hit_rate=rates, sweep_evictions=evictions)
+
+
+def cpu_tier(gib: float, link_gbps: float) -> CpuTierConfig | None:
+    """The CPU tier the page asks for (None at 0 GiB)."""
+    return None if gib <= 0 else CpuTierConfig(gib=gib, link_gbps=link_gbps)

@@ -50,17 +50,21 @@ class KvBudget:
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryBreakdown:
-    """KV memory split as in the PagedAttention paper's figure 2, in token slots.
+    """KV memory split as in the PagedAttention paper's figure 2 (Kwon et al., 2023), in token slots.
 
     The five parts add up to the budget:
 
     - ``token_states``: slots holding a token's keys and values now;
     - ``reservation``: slots allocated to a request for tokens it will still generate;
-    - ``internal_fragmentation``: slots allocated to a request that it will never fill
-      (over-reservation, buddy rounding, the unfilled end of a paged last block);
-    - ``external_fragmentation``: free slots that the next request cannot use (holes smaller than
-      its chunk; for paging, the budget's remainder smaller than one block);
-    - ``free``: the rest.
+    - ``internal_fragmentation``: slots reserved beyond the request's final length, i.e.
+      over-reservation for a length it never reaches (Orca-Max: the maximum context; Orca-Pow2:
+      up to twice the output; Orca-Oracle: none; paging: the end of the last block);
+    - ``external_fragmentation``: the paper's "external fragmentation & others": slots taken by
+      the allocator beyond what the request asked for (a buddy allocator's power-of-two rounding),
+      free holes too small for the next request in line, and for paging the budget's remainder
+      smaller than one block;
+    - ``free``: the rest. The paper's bars have no free part (its systems ran saturated), so
+      compare its "external & others" with ``external_fragmentation + free``.
 
     Values are floats because over-time figures are time averages.
     """

@@ -9,7 +9,9 @@ request freed yet, a buddy allocator admits a chunk exactly when the free total 
 chunk: free memory is always a set of blocks, one per set bit of the free total, so taking
 2**k from the smallest free block ≥ 2**k leaves ``free − 2**k`` in the same form. Placement in a
 snapshot therefore reduces to a running sum, which is why no loop is needed here (tests check this
-against the real ``BuddyAllocator``); external fragmentation needs frees and appears over time
+against the real ``BuddyAllocator``). The memory is split as the PagedAttention paper's figure 2
+does (:class:`~simulation.memory.MemoryBreakdown`): a buddy allocator's rounding is external
+fragmentation, not internal; holes between live chunks need frees and appear over time
 (``timeline.py``).
 
 If every sampled request fits, the sample is reused in order (as if more requests of the same
@@ -197,22 +199,24 @@ def _admitted_sum(values: np.ndarray, counts: tuple[int, int]) -> int:
     return int(full_passes * values.sum() + values[:partial].sum())
 
 
-def _summarise(*, footprint: np.ndarray, lengths: _Lengths, capacity: int, budget: int,
+def _summarise(*, footprint: np.ndarray, reserved: np.ndarray, lengths: _Lengths, capacity: int, budget: int,
                unusable: int) -> AllocationSummary:
-    """Figures of one scheme: ``footprint`` slots per request, ``capacity`` usable slots of
-    ``budget``, ``unusable`` slots that can never be handed out (paged remainder)."""
+    """Figures of one scheme: ``footprint`` slots taken per request, of which ``reserved`` were
+    asked for by the reservation policy (the rest is the allocator's rounding); ``capacity``
+    usable slots of ``budget``; ``unusable`` slots that can never be handed out (paged remainder)."""
     counts = _admitted_counts(footprint, capacity)
     fit = counts[0] * footprint.size + counts[1]
     allocated = _admitted_sum(footprint, counts)
+    asked = _admitted_sum(reserved, counts)
     tokens = _admitted_sum(lengths.current, counts)
     # Slots still to be filled by this request's own future tokens; the rest is never used.
-    filled_eventually = _admitted_sum(np.minimum(footprint, lengths.final), counts)
+    filled_eventually = _admitted_sum(np.minimum(reserved, lengths.final), counts)
     waste = footprint - lengths.current
     admitted_waste = waste if counts[0] > 0 else waste[: counts[1]]
     breakdown = MemoryBreakdown(
         token_states=tokens, reservation=filled_eventually - tokens,
-        internal_fragmentation=allocated - filled_eventually,
-        external_fragmentation=unusable, free=budget - unusable - allocated,
+        internal_fragmentation=asked - filled_eventually,
+        external_fragmentation=allocated - asked + unusable, free=budget - unusable - allocated,
     )
     return AllocationSummary(
         fit=fit, utilisation=tokens / allocated if allocated else 0.0,
@@ -227,7 +231,7 @@ def _contiguous(lengths: _Lengths, config: SnapshotConfig,
     reserved = reservation_tokens(policy, lengths.prompt, lengths.output, config.max_context)
     footprint = chunk_sizes(config.address_space, reserved)
     budget = config.budget.tokens
-    return footprint, _summarise(footprint=footprint, lengths=lengths, capacity=budget,
+    return footprint, _summarise(footprint=footprint, reserved=reserved, lengths=lengths, capacity=budget,
                                  budget=budget, unusable=0)
 
 
@@ -236,8 +240,8 @@ def _paged(lengths: _Lengths, config: SnapshotConfig) -> tuple[np.ndarray, Alloc
     budget = config.budget.tokens
     # Slots past the last whole block can never form a block: unusable from the start.
     remainder = budget % config.block_size
-    return footprint, _summarise(footprint=footprint, lengths=lengths, capacity=budget - remainder,
-                                 budget=budget, unusable=remainder)
+    return footprint, _summarise(footprint=footprint, reserved=footprint, lengths=lengths,
+                                 capacity=budget - remainder, budget=budget, unusable=remainder)
 
 
 def run_snapshot(workload: Workload, config: SnapshotConfig,

@@ -39,6 +39,9 @@ _SHOWN_COLUMN_CHARS = 40  # a column name quoted in an error
 PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens", "input_tokens", "prompt")
 OUTPUT_COLUMNS = ("num_decode_tokens", "output_tokens", "completion_tokens", "output")
 ARRIVAL_COLUMNS = ("arrived_at", "arrival_s", "arrival_time", "timestamp")
+# Optional: which conversation a request continues (whole numbers), for prefix caching.
+CONVERSATION_COLUMNS = ("conversation_id", "conversation", "session_id", "conv_id")
+MAX_CONVERSATION_ID = 2**53  # exact as a float64 parsed from text
 FIELD = "trace"
 
 
@@ -96,6 +99,7 @@ def load_trace_csv(source: str | Path | bytes | BinaryIO, *, max_rows: int = DEF
     prompt_col = _find_column(columns, PROMPT_COLUMNS, "prompt")
     output_col = _find_column(columns, OUTPUT_COLUMNS, "output")
     arrival_col = next((columns[c] for c in ARRIVAL_COLUMNS if c in columns), None)
+    conversation_col = next((columns[c] for c in CONVERSATION_COLUMNS if c in columns), None)
 
     prompt = _token_column(frame[prompt_col], _column_name(prompt_col))
     output = _token_column(frame[output_col], _column_name(output_col))
@@ -103,13 +107,22 @@ def load_trace_csv(source: str | Path | bytes | BinaryIO, *, max_rows: int = DEF
         raise TraceError(f"row {bad[0] + 1}, column {_column_name(prompt_col)}: a prompt needs at least 1 token")
     if (bad := np.flatnonzero(output < 1)).size:
         raise TraceError(f"row {bad[0] + 1}, column {_column_name(output_col)}: an output needs at least 1 token")
+    conversation = None
+    if conversation_col is not None:
+        numbers = _number_column(frame[conversation_col], _column_name(conversation_col), MAX_CONVERSATION_ID, "as an id")
+        if (bad := np.flatnonzero(numbers != np.floor(numbers))).size:
+            raise TraceError(f"row {bad[0] + 1}, column {_column_name(conversation_col)}: "
+                             "a conversation id must be a whole number")
+        conversation = numbers.astype(np.int64)
     arrival = None
     if arrival_col is not None:
         arrival = _number_column(frame[arrival_col], _column_name(arrival_col), MAX_ARRIVAL_S, "seconds")
         # Traces are usually sorted; sort stably if not, so requests keep their order among ties.
         order = np.argsort(arrival, kind="stable")
         prompt, output, arrival = prompt[order], output[order], arrival[order] - arrival[order[0]]
-    return Workload(prompt_tokens=prompt, output_tokens=output, arrival_s=arrival, source=label)
+        conversation = None if conversation is None else conversation[order]
+    return Workload(prompt_tokens=prompt, output_tokens=output, arrival_s=arrival, source=label,
+                    conversation=conversation)
 
 
 def _read_bytes(source: str | Path | bytes | BinaryIO, max_bytes: int) -> bytes:

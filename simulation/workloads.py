@@ -14,6 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from inputs.errors import InputError
+from simulation.content import PromptContent
 
 # z-score of the 90th percentile of a standard normal: P90 = median · exp(Z_P90 · sigma).
 Z_P90 = 1.2815515655446004
@@ -49,12 +50,19 @@ class Workload:
         source has none (then arrivals are drawn, e.g. ``poisson_arrivals``).
     source : str
         Where the requests come from, for labels ("lognormal mean 2048 sigma 0.5", a file name).
+    conversation : int64 array, shape (n,), or None
+        The conversation each request belongs to, when the source says (a trace column).
+    content : PromptContent or None
+        What the prompts are made of (shared prefixes, conversation turns), for prefix caching;
+        None when every prompt is its own.
     """
 
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     arrival_s: np.ndarray | None = None
     source: str = ""
+    conversation: np.ndarray | None = None
+    content: PromptContent | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_tokens.shape != self.output_tokens.shape or self.prompt_tokens.ndim != 1:
@@ -64,6 +72,10 @@ class Workload:
             )
         if self.arrival_s is not None and self.arrival_s.shape != self.prompt_tokens.shape:
             raise ValueError(f"arrival_s {self.arrival_s.shape} must match {self.prompt_tokens.shape}")
+        if self.conversation is not None and self.conversation.shape != self.prompt_tokens.shape:
+            raise ValueError(f"conversation {self.conversation.shape} must match {self.prompt_tokens.shape}")
+        if self.content is not None and len(self.content.segments) != self.size:
+            raise ValueError(f"content describes {len(self.content.segments)} prompts, not {self.size}")
 
     @property
     def size(self) -> int:
@@ -78,7 +90,9 @@ class Workload:
     def head(self, n: int) -> "Workload":
         """The first ``n`` requests."""
         return replace(self, prompt_tokens=self.prompt_tokens[:n], output_tokens=self.output_tokens[:n],
-                       arrival_s=None if self.arrival_s is None else self.arrival_s[:n])
+                       arrival_s=None if self.arrival_s is None else self.arrival_s[:n],
+                       conversation=None if self.conversation is None else self.conversation[:n],
+                       content=None if self.content is None else self.content.head(n))
 
     def with_arrivals(self, arrival_s: np.ndarray) -> "Workload":
         """The same requests with the given arrival times (seconds, shape (n,))."""

@@ -50,7 +50,7 @@ def test_the_readme_cli_examples_run_and_print_strict_json():
     readme = (ROOT / "README.md").read_text()
     block = readme.split("## Scripting", 1)[1].split("```text", 1)[1].split("```", 1)[0]
     examples = [line for line in block.strip().splitlines() if not line.startswith("python -m kernels.bench")]
-    assert len(examples) == 4
+    assert len(examples) == 5
     for line in examples:
         argv = shlex.split(line)
         assert argv[:2] == ["python", "-m"]

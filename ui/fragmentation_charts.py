@@ -11,6 +11,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from simulation.block_table import BlockTableDemo
+from simulation.explorer import PrefixView
+from simulation.paper_figure2 import CATEGORIES, Figure2Reproduction
 from simulation.memory import GIB, KvBudget, MemoryBreakdown
 from simulation.sharing import SharingResult
 from simulation.snapshot import BlockSizeSweep, PolicyRow, SnapshotResult
@@ -89,11 +91,13 @@ def timeline_figures(result: TimelineResult, budget_tokens: int) -> tuple[go.Fig
     load.add_scatter(x=series.time_s, y=series.queue_length, name="queue")
     load.add_scatter(x=series.time_s, y=series.preemptions, name="preemptions (cumulative)",
                      line=dict(dash="dot"), secondary_y=True)
+    load.add_scatter(x=series.time_s, y=1e3 * series.step_s, name="step time (ms)", line=dict(dash="dash"),
+                     secondary_y=True)
     load.update_layout(height=360, margin=dict(t=30, b=10), title="Batch, queue and preemptions",
                        legend=dict(orientation="h", y=-0.3))
     load.update_xaxes(title_text="time (s)")
     load.update_yaxes(title_text="requests", rangemode="tozero", secondary_y=False)
-    load.update_yaxes(title_text="preemptions", rangemode="tozero", secondary_y=True)
+    load.update_yaxes(title_text="preemptions / step ms", rangemode="tozero", secondary_y=True)
     wait = go.Figure(go.Histogram(x=result.wait_s[np.isfinite(result.wait_s)], nbinsx=60))
     wait.update_layout(height=300, margin=dict(t=30, b=10), title="Each request's wait",
                        xaxis_title="wait from arrival to admission (s)", yaxis_title="requests")
@@ -188,3 +192,50 @@ def budget_caption(budget: KvBudget) -> str:
     if budget.bytes is None:
         return f"{budget.tokens:,} token slots"
     return f"{budget.tokens:,} token slots = {budget.bytes / GIB:,.2f} GiB ({budget.bytes / 1e9:,.1f} GB)"
+
+
+# ---- the paper's figure 2 and prefix caching -----------------------------------------------------
+PAPER_COLOURS = ("#1f77b4", "#f0a202", "#d62728", "#9467bd")
+
+
+def figure2_figure(reproduction: Figure2Reproduction) -> go.Figure:
+    """Simulated time averages beside the published bars, per system, in the paper's categories."""
+    fig = go.Figure()
+    names = [f"{row.system}: {kind}" for row in reproduction.rows for kind in ("published", "simulated")]
+    for index, (category, colour) in enumerate(zip(CATEGORIES, PAPER_COLOURS)):
+        values = []
+        for row in reproduction.rows:
+            published = row.published[index]
+            values += [published if published is not None else None, row.simulated[index]]
+        fig.add_bar(y=names, x=values, orientation="h", name=category, marker_color=colour)
+    fig.update_layout(barmode="stack", height=420, margin=dict(t=40, b=10), xaxis_title="% of the KV memory",
+                      title="PagedAttention figure 2: published against simulated",
+                      legend=dict(orientation="h", y=-0.2))
+    fig.update_yaxes(autorange="reversed")
+    return fig
+
+
+def figure2_table(reproduction: Figure2Reproduction) -> pd.DataFrame:
+    return pd.DataFrame([{"system": row.system, **{f"{c} (sim.)": s for c, s in zip(CATEGORIES, row.simulated)},
+                          **{f"{c} (paper)": p for c, p in zip(CATEGORIES, row.published)}}
+                         for row in reproduction.rows])
+
+
+def prefix_sweep_figure(view: PrefixView) -> go.Figure:
+    """Hit rate against block size at each budget of the sweep."""
+    fig = go.Figure()
+    for tokens, rates in zip(view.sweep_budgets, view.sweep_hit_rate):
+        fig.add_scatter(x=view.sweep_blocks, y=100 * rates, mode="lines+markers", name=f"{tokens:,} slots")
+    fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=view.sweep_blocks)
+    fig.update_yaxes(title_text="prompt tokens from the cache (%)", rangemode="tozero")
+    fig.update_layout(height=340, margin=dict(t=40, b=10), title="Hit rate against block size and KV budget",
+                      legend=dict(orientation="h", y=-0.3))
+    return fig
+
+
+def latency_table(runs: list[tuple[str, TimelineResult]]) -> pd.DataFrame:
+    """Requests served and what they wait, per run (with and without the CPU tier)."""
+    return pd.DataFrame([{"run": name, "completed": r.completed, "requests/s": r.throughput_per_s,
+                          "mean TTFT (s)": r.mean_ttft_s, "mean TPOT (ms)": 1e3 * r.mean_tpot_s,
+                          "hit rate": r.prefix.hit_rate if r.prefix else 0.0,
+                          "CPU transfer (s)": r.prefix.cpu_transfer_s if r.prefix else 0.0} for name, r in runs])

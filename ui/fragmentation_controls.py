@@ -11,16 +11,19 @@ from dataclasses import dataclass
 
 import streamlit as st
 
+from hardware.gpus import gpus
 from inputs.bounds import Bound
 from inputs.errors import InputError
 from inputs.uploads import upload_bytes
 from simulation.allocators import AddressSpace
 from simulation.explorer import BlockTableSettings, SharingSettings, WorkloadSettings, budget_from_gib
+from simulation.prefix_workloads import PrefixScenario
 from simulation.memory import KvBudget
 from simulation.policies import ReservationPolicy
 from simulation.timeline import Allocation, Preemption
 from simulation.traces import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, shipped_trace_names
 from simulation.workloads import PRESETS, preset
+from sizing.presets import presets
 from ui.handoff import latest
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 
@@ -35,9 +38,10 @@ CONTEXTS = tuple(1 << k for k in range(10, 18))  # 1K … 128K tokens
 BLOCK_SIZES = tuple(1 << k for k in range(9))   # 1 … 256 tokens
 DEMO_BLOCK_SIZES = (2, 4, 8, 16)
 MAX_LENGTH = 32_768  # tokens per request of the synthetic distributions
-# Requests drawn: four allocators over time on 10,000 requests at the largest batch and budget
-# take about 2.5 s on a 2-core machine, 20,000 twice that.
-MAX_REQUESTS = 10_000
+# Requests drawn: the snapshot of 100,000 takes ~30 ms; the over-time run uses at most the first
+# TIMELINE_REQUESTS of them (10,000 take about a second on a 2-core machine, four allocators four).
+MAX_REQUESTS = 100_000
+TIMELINE_REQUESTS = 10_000
 # The sharing scenarios run token by token: at these caps and 1-token blocks they take ~1 s.
 MAX_SHARE_TOKENS = 2_000  # prompt and system prompt tokens
 MAX_SHARE_OWN = 1_000  # own tokens per request sharing the system prompt
@@ -63,6 +67,20 @@ RATE = Bound(field="rate", low=0.01, high=10_000, unit="requests/s")
 STEP_MS = Bound(field="step", low=1, high=1000, unit="ms")
 PREFILL = Bound(field="prefill", low=100, high=10**7, unit="tokens/s")
 BATCH = Bound(field="batch", low=1, high=4096, integer=True, unit="requests")
+BATCHED_TOKENS = Bound(field="mbt", low=1, high=65_536, integer=True, unit="tokens")
+# Prefix-caching tab: every run is token-level bookkeeping of blocks, repeated for the sweep, so
+# requests and turns stop where the tab still renders in about a second.
+PREFIX_TOKENS = _tokens("pfs", 8192, low=0)
+PREFIX_USER = _tokens("pfu", 4096, low=0)
+PREFIX_OUTPUT = _tokens("pfo", 2048)
+PREFIX_REQUESTS = Bound(field="pfn", low=1, high=2000, integer=True, unit="requests")
+PREFIX_TURNS = Bound(field="pft", low=1, high=20, integer=True, unit="turns")
+PREFIX_COUNT = Bound(field="pfp", low=1, high=100, integer=True, unit="prefixes")
+PREFIX_RATE = Bound(field="pfr", low=0.01, high=1000, unit="conversations/s")
+THINK = Bound(field="pfk", low=0, high=600, unit="s")
+CPU_GIB = Bound(field="cpu", low=0, high=4096, unit="GiB")
+LINK_GBPS = Bound(field="link", low=0.1, high=1000, unit="GB/s")
+STEP_SOURCES = {"own": "My own step time", "model": "A model on a GPU (planner's roofline)"}
 SHARE_PROMPT = _tokens("sprompt", MAX_SHARE_TOKENS)
 SAMPLES = Bound(field="n_out", low=1, high=64, integer=True)
 SHARE_OUTPUT = _tokens("sout", MAX_SHARE_OUTPUT)
@@ -75,6 +93,15 @@ BT_PROMPT = _tokens("btp", 40)
 BT_STEPS = Bound(field="btt", low=0, high=40, integer=True)
 BT_SEQUENCE = Bound(field="btq", low=0, high=BT_SEQUENCES.high - 1, integer=True)
 BT_POSITION = Bound(field="btpos", low=0, high=BT_PROMPT.high + BT_STEPS.high - 1, integer=True)
+
+
+def step_models() -> tuple[str, ...]:
+    """Model presets the step-time model can use (ids of the sizer's presets)."""
+    return tuple(p.id for p in presets())
+
+
+def step_gpus() -> tuple[str, ...]:
+    return tuple(g.id for g in gpus())
 
 
 def sources() -> tuple[str, ...]:
@@ -107,6 +134,15 @@ def page_state() -> PageState:
         c("preempt", "preempt", "recompute", [p.value for p in Preemption]), f("tarr", "trace_arrivals", True),
         n("rate", "rate", 5.0, RATE), n("step", "step_ms", 25.0, STEP_MS), n("prefill", "prefill", 30_000.0, PREFILL),
         n("batch", "max_batch", 256, BATCH), f("compare", "compare", False),
+        n("mbt", "max_batched_tokens", 8192, BATCHED_TOKENS), f("chunk", "chunked", True),
+        f("pcache", "prefix_caching", False),
+        c("stepsrc", "step_source", "own", tuple(STEP_SOURCES)), c("smodel", "step_model", step_models()[0], step_models()),
+        c("sgpu", "step_gpu", "h100-sxm", step_gpus()),
+        n("pfs", "pf_system", 1000, PREFIX_TOKENS), n("pfu", "pf_user", 200, PREFIX_USER),
+        n("pfo", "pf_output", 200, PREFIX_OUTPUT), n("pfn", "pf_requests", 400, PREFIX_REQUESTS),
+        n("pft", "pf_turns", 1, PREFIX_TURNS), n("pfp", "pf_prefixes", 1, PREFIX_COUNT),
+        n("pfr", "pf_rate", 5.0, PREFIX_RATE), n("pfk", "pf_think", 5.0, THINK),
+        n("cpu", "cpu_gib", 0.0, CPU_GIB), n("link", "link_gbps", 25.0, LINK_GBPS),
         n("sprompt", "share_prompt", 500, SHARE_PROMPT), n("n_out", "samples", 4, SAMPLES),
         n("sout", "share_output", 200, SHARE_OUTPUT), n("beam", "beam", 4, BEAM), n("system", "system", 1000, SYSTEM),
         n("sreq", "share_requests", 20, SHARE_REQUESTS), n("user", "user", 300, USER),
@@ -242,3 +278,39 @@ def clamp_to(state: PageState, name: str, highest: int) -> None:
     """Lower field ``name`` to ``highest`` before its widget is drawn (its range depends on others)."""
     if state.value(name) > highest:
         st.session_state[state.key(name)] = highest
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrefixControls:
+    """The prefix-caching tab's inputs."""
+
+    scenario: PrefixScenario
+    cpu_gib: float
+    link_gbps: float
+
+
+def prefix_controls(state: PageState) -> PrefixControls:
+    """The prefix-caching tab's widgets."""
+    cols = st.columns(4)
+    system = int(cols[0].number_input("Shared prefix tokens", 0, PREFIX_TOKENS.high, key=state.key("pf_system")))
+    user = int(cols[1].number_input("Own tokens per turn", 0, PREFIX_USER.high, key=state.key("pf_user")))
+    output = int(cols[2].number_input("Output tokens", 1, PREFIX_OUTPUT.high, key=state.key("pf_output")))
+    requests = int(cols[3].number_input("Requests", 1, PREFIX_REQUESTS.high, key=state.key("pf_requests")))
+    cols = st.columns(4)
+    turns = int(cols[0].number_input("Turns per conversation", 1, PREFIX_TURNS.high, key=state.key("pf_turns")))
+    prefixes = int(cols[1].number_input("Distinct prefixes (few-shot tasks)", 1, PREFIX_COUNT.high,
+                                        key=state.key("pf_prefixes")))
+    rate = cols[2].number_input("Conversations per second", float(PREFIX_RATE.low), float(PREFIX_RATE.high),
+                           key=state.key("pf_rate"))
+    think = cols[3].number_input("Think time between turns (s)", 0.0, float(THINK.high), key=state.key("pf_think"))
+    cols = st.columns(2)
+    cpu_gib = cols[0].number_input("CPU tier (GiB, 0 = none)", 0.0, float(CPU_GIB.high), key=state.key("cpu_gib"),
+                                   help="Evicted prefix blocks and swapped sequences go to host memory.")
+    link = cols[1].number_input("CPU link (GB/s)", float(LINK_GBPS.low), float(LINK_GBPS.high),
+                                key=state.key("link_gbps"))
+    if system + user < 1:
+        system = 1  # a prompt needs a token; the widget allows both at 0
+    return PrefixControls(scenario=PrefixScenario(requests=requests, system_tokens=system, user_tokens=user,
+                                                  output_tokens=output, prefixes=prefixes, turns=turns, rate=rate,
+                                                  think_s=think),
+                          cpu_gib=float(cpu_gib), link_gbps=float(link))

@@ -46,10 +46,12 @@ SURFACES = (
     Surface("planner", "planner.cli", ("--json",)),
     Surface("simulation snapshot", "simulation.cli", ("--json",), subcommand="snapshot"),
     Surface("simulation timeline", "simulation.cli", ("--json", "--rate", "5"), subcommand="timeline"),
+    Surface("simulation prefix", "simulation.cli", ("--json", "--user-tokens", "10"), subcommand="prefix"),
     Surface("kernels.bench", "kernels.bench.cli", ()),
 )
 # Small workloads where the fuzzed option leaves the size to the base, so accepted values run fast.
-SMALL_WORKLOAD = {"simulation snapshot": ("--n", "300"), "simulation timeline": ("--n", "60")}
+SMALL_WORKLOAD = {"simulation snapshot": ("--n", "300"), "simulation timeline": ("--n", "60"),
+                  "simulation prefix": ("--requests", "30")}
 NO_GPU = "no CUDA GPU"
 
 
@@ -141,3 +143,89 @@ def test_random_values_never_crash(surface_name, data):
         st.text(max_size=30),
     ), label="value")
     _check(surface, main, option, value.replace("\x00", ""), refused_here=False)
+
+
+# ---- the sizer's text options: model ids, layouts, recurrent-state sizes, weight formats -----
+# Options whose value is text rather than a bounded number, each with values it must refuse
+# (naming the option) and values it must accept. The Hub is pointed at a port nothing listens
+# on, so no case reaches the network and a well-formed unknown repo id is refused as unreachable.
+UNREACHABLE_HUB = "http://127.0.0.1:1"
+MANUAL = ("--q-heads", "8", "--kv-heads", "8", "--head-dim", "64", "--params", "1B")
+TEXT_OPTIONS = {
+    "--model-id": (("qwen3-8b", "Qwen/Qwen3-8B", "google/gemma-3-27b-pt"),
+                   (*HOSTILE_TEXT, "https://huggingface.co/Qwen/Qwen3-8B", "../../etc/passwd", "Qwen/../x", "a/b/c",
+                    "org/x?y=1", "org/" + "x" * 300, "someorg/not-shipped", "file:///etc/passwd", "C:\\x\\y")),
+    "--layout": (("4 full", "2 full + 2 sliding(128)", "1 full : 1 sliding(4,096)", "4 × chunked(8192)"),
+                 (*HOSTILE_TEXT, "4 foo", "4 sliding", "4 full(5)", "2 full + 2 mla", "1 full : 1 full + 1 full",
+                  "0 full", "99999 full", "4 sliding(1e308)", "4 sliding(-1)", "4 mlp", "x" * 5000, "4 full" * 200)),
+    "--weight-dtype": (("auto", "bf16", "fp8", "int4", "mxfp4", "nvfp4", "fp8_block", "gptq_int4", "awq_int4"),
+                       (*HOSTILE_TEXT, "int3", "fp8;rm -rf", "BF16 ")),
+}
+# Layouts with --layers 4 so that a ":" period is defined; --state with a layout that needs it.
+TEXT_BASE = {"--model-id": (), "--layout": (*MANUAL, "--layers", "4"), "--weight-dtype": ("--model", "llama-3.1-8b")}
+STATE_BASE = ("--layout", "1 full : 1 mamba", "--layers", "4", *MANUAL)
+STATE_GOOD = ("kernel=4 channels=64 heads=8 per_head=128", "kernel=4,channels=64,heads=8,per_head=128,groups=1,"
+              "group_channels=32,dtype=fp32")
+STATE_BAD = (*HOSTILE_TEXT, "kernel=4", "kernel=nan channels=64 heads=8 per_head=128",
+             "kernel=4 channels=64 heads=8 per_head=128 dtype=fp64", "kernel=4 kernel=4 channels=1 heads=1 per_head=1",
+             "kernel=4 channels=1e308 heads=8 per_head=1", "x" * 5000, "=", "kernel=")
+
+
+@pytest.fixture
+def no_hub(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", UNREACHABLE_HUB)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+
+
+def _sizing(argv: list[str]) -> tuple[int, str, str]:
+    from sizing.cli import main
+
+    return _run(main, ["--json", *argv])
+
+
+def _assert_text_case(base: tuple[str, ...], option: str, value: str, *, valid: bool | None) -> None:
+    code, out, err = _sizing([*base, f"{option}={value}"])
+    assert code in (0, 2), (option, value, code, err[-600:])
+    if valid is not None:
+        assert (code == 0) is valid, (option, value, err[-300:])
+    if code == 2:
+        assert out == ""
+        assert_one_line_naming(err, option if valid is False else "argument --")
+    else:
+        strict_json(out)
+
+
+@pytest.mark.parametrize("option", sorted(TEXT_OPTIONS))
+def test_text_options_refuse_hostile_values_in_one_line(no_hub, option):
+    good, bad = TEXT_OPTIONS[option]
+    for value in good:
+        _assert_text_case(TEXT_BASE[option], option, value, valid=True)
+    for value in bad:
+        _assert_text_case(TEXT_BASE[option], option, value, valid=False)
+
+
+def test_state_option_refuses_hostile_values_in_one_line(no_hub):
+    for value in STATE_GOOD:
+        _assert_text_case(STATE_BASE, "--state", value, valid=True)
+    for value in STATE_BAD:
+        _assert_text_case(STATE_BASE, "--state", value, valid=False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(option=st.sampled_from([*sorted(TEXT_OPTIONS), "--state"]), value=st.text(max_size=60))
+def test_random_text_options_never_crash(no_hub, option, value):
+    base = STATE_BASE if option == "--state" else TEXT_BASE[option]
+    _assert_text_case(base, option, value.replace("\x00", ""), valid=None)
+
+
+@pytest.mark.parametrize("text", [*HOSTILE_TEXT, "qwen a3b", "../../etc/passwd", "x" * 100_000, "\u202e", "a " * 500])
+def test_models_search_prints_a_json_list_for_any_text(text):
+    from sizing.cli import models_main
+
+    code, out, err = _run(models_main, ["--json", f"--search={text}"])
+    assert code == 0, err[-300:]
+    records = strict_json(out)
+    assert isinstance(records, list)
+    if text == "qwen a3b":  # every word must match: the Qwen models with 3 B active, and only they
+        assert records and all("qwen" in r["id"] for r in records)

@@ -185,3 +185,38 @@ def test_oversized_upload_is_refused_with_a_short_error():
     assert not at.exception
     assert len(at.error) == 1 and "row 1, column num_prefill_tokens" in at.error[0].value
     assert len(at.error[0].value) < 300
+
+
+def test_paper_figure2_tab_shows_the_published_and_simulated_bars():
+    at = open_page()
+    table = next(df.value for df in at.dataframe if "system" in df.value.columns)
+    assert list(table["system"]) == ["Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM"]
+    # The published figures (the paper's figure 2) sit beside the simulated ones, within 8 points.
+    assert list(table["token states (paper)"]) == [20.4, 26.8, 38.2, 96.3]
+    assert (abs(table["token states (sim.)"] - table["token states (paper)"]) <= 8).all()
+    assert table.loc[2, "internal fragmentation (sim.)"] == 0  # Oracle
+    captions = " ".join(c.value for c in at.caption)
+    assert "Internal fragmentation" in captions and "Pow2 and Oracle differ only where" in captions
+
+
+def test_prefix_tab_by_hand_and_block_size_in_the_url():
+    at = open_page(query={"budget": "tokens", "tokens": "400000", "pfs": "1000", "pfu": "50", "pfn": "20",
+                          "pfo": "20"})
+    # 19 later requests each take 62 full blocks (992 tokens) of the 1,000-token prefix from the cache.
+    assert metric(at, "Prefill tokens saved") == 19 * 992
+    assert metric(at, "Prompt tokens from the cache") == pytest.approx(100 * 19 * 992 / (20 * 1050), abs=0.1)
+    at.select_slider(key="frag.block").set_value(256).run()
+    assert not at.exception
+    # 1,000 // 256 = 3 full blocks = 768 tokens per later request.
+    assert metric(at, "Prefill tokens saved") == 19 * 768
+    assert at.query_params["block"] == "256" and at.query_params["pfu"] == "50"
+
+
+def test_over_time_with_a_model_step_time_and_scheduler_limits():
+    at = open_page(query={"budget": "tokens", "tokens": "200000", "n": "1000", "rate": "5", "stepsrc": "model",
+                          "smodel": "llama-3.1-8b", "sgpu": "h100-sxm", "batch": "16", "mbt": "512"})
+    assert not at.exception
+    assert metric(at, "Completed") == 1000
+    assert metric(at, "Mean batch size") <= 16
+    # Llama-3.1-8B in BF16 on an H100 SXM: ≥ 16 GB of weights read per step at 3.35 TB/s ≥ 4.8 ms.
+    assert metric(at, "Mean TPOT") >= 4.8

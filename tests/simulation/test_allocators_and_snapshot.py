@@ -101,12 +101,15 @@ def test_breakdown_adds_up_and_hand_example():
     config = SnapshotConfig(budget=KvBudget(tokens=200), max_context=64, block_size=16,
                             policy="oracle", progress=0.5)
     result = run_snapshot(workload, config)
-    # Oracle reserves 30, the buddy allocator gives 32: 20 tokens, 10 reserved, 2 never used.
+    # Oracle reserves exactly 30 (no internal fragmentation, as in the paper); the buddy
+    # allocator hands out 32: its 2 rounding slots per request are external fragmentation.
     contiguous = result.contiguous.breakdown
     assert result.contiguous.fit == 6  # 200 // 32, the sample reused
-    assert (contiguous.token_states, contiguous.reservation, contiguous.internal_fragmentation) == (120, 60, 12)
+    assert (contiguous.token_states, contiguous.reservation, contiguous.internal_fragmentation) == (120, 60, 0)
+    assert contiguous.external_fragmentation == 6 * 2
     assert contiguous.free == 200 - 6 * 32
-    # Paged: 20 tokens in two 16-token blocks (32 slots); 10 of the 12 empty slots will be filled.
+    # Paged: 20 tokens in two 16-token blocks (32 slots); 10 of the 12 empty slots will be filled,
+    # the last 2 lie beyond the final length (internal); the 8-slot remainder is external.
     paged = result.paged.breakdown
     assert result.paged.fit == 6  # 192 usable slots (200 − the 8-slot remainder) // 32
     assert (paged.token_states, paged.reservation, paged.internal_fragmentation) == (120, 60, 12)
@@ -114,6 +117,52 @@ def test_breakdown_adds_up_and_hand_example():
     for summary in (result.contiguous, result.paged):
         assert summary.breakdown.total == 200
         assert summary.breakdown.fractions().total == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("policy, expected", [
+    # One request: prompt 100, output 150 (final 250), half its output generated (175 tokens held),
+    # max context 1,024, buddy allocator, budget 1,024 slots. By hand, per the paper's figure 2:
+    # Max reserves 1,024 (a power of two already): 175 tokens, 75 still to come, 774 beyond 250.
+    # One chunk of 1,024 fills the budget.
+    ("max", dict(fit=1, token_states=175, reservation=75, internal_fragmentation=774, external_fragmentation=0)),
+    # Pow2 reserves 100 + 256 = 356 (106 beyond 250); buddy rounds 356 to 512: 156 slots of rounding,
+    # and two such chunks fill the budget (the sample reused).
+    ("pow2", dict(fit=2, token_states=175, reservation=75, internal_fragmentation=106, external_fragmentation=156)),
+    # Oracle reserves exactly 250 (nothing beyond the final length); buddy rounds to 256: four fit.
+    ("oracle", dict(fit=4, token_states=175, reservation=75, internal_fragmentation=0, external_fragmentation=6)),
+])
+def test_one_request_per_policy_in_the_papers_categories(policy, expected):
+    workload = Workload(prompt_tokens=np.array([100]), output_tokens=np.array([150]))
+    config = SnapshotConfig(budget=KvBudget(tokens=1024), max_context=1024, policy=policy, progress=0.5)
+    rows = {row.name: row.summary for row in compare_policies(workload, config)}
+    summary = rows[f"contiguous {policy}"]
+    assert summary.fit == expected["fit"]
+    per_request = {k: v / summary.fit for k, v in vars(summary.breakdown).items() if k != "free"}
+    assert per_request == {k: v for k, v in expected.items() if k != "fit"}
+    assert summary.breakdown.free == 0
+    # First fit does not round: the buddy's rounding (external) disappears, the rest stays.
+    first_fit = run_snapshot(workload, SnapshotConfig(budget=KvBudget(tokens=1024), max_context=1024,
+                                                      policy=policy, progress=0.5, address_space="first-fit"))
+    assert first_fit.contiguous.breakdown.external_fragmentation == 0
+    assert first_fit.contiguous.breakdown.internal_fragmentation / first_fit.contiguous.fit == \
+        expected["internal_fragmentation"]
+
+
+def test_pow2_and_oracle_differ_only_by_the_reservation_beyond_the_output():
+    """The buddy allocator often rounds Pow2's and Oracle's reservations to the same power of two:
+    then both admit the same requests and hold the same memory, split differently."""
+    # Prompt 100, output 150: Pow2 asks 356, Oracle 250 → chunks of 512 and 256 (they differ).
+    # Prompt 200, output 200: Pow2 asks 456, Oracle 400 → both 512: identical fits.
+    workload = Workload(prompt_tokens=np.array([200]), output_tokens=np.array([200]))
+    rows = {row.name: row.summary for row in compare_policies(
+        workload, SnapshotConfig(budget=KvBudget(tokens=4096), max_context=1024))}
+    pow2, oracle = rows["contiguous pow2"], rows["contiguous oracle"]
+    assert pow2.fit == oracle.fit == 8
+    assert pow2.breakdown.allocated + pow2.breakdown.external_fragmentation == \
+        oracle.breakdown.allocated + oracle.breakdown.external_fragmentation
+    assert pow2.breakdown.internal_fragmentation == 8 * (456 - 400)
+    assert oracle.breakdown.internal_fragmentation == 0
+    assert oracle.breakdown.external_fragmentation == 8 * (512 - 400)
 
 
 def test_random_progress_is_seeded_and_policies_rank_as_in_the_paper():

@@ -152,3 +152,63 @@ def test_trace_with_huge_tokens_or_long_field_names_row_and_column(tmp_path):
         done = subprocess.run([sys.executable, "-W", "error", "-m", "simulation", "snapshot", "--trace", str(path)],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert_one_line_error(done, expected)
+
+
+BREAKDOWN_KEYS = {"token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free"}
+
+
+def test_snapshot_and_timeline_print_the_papers_breakdown():
+    # Fixed 1,000-token requests (500 prompt + 500 output), Orca-Oracle, buddy: each reserves
+    # 1,000 and takes 1,024; 16,384 slots hold 16 of them: 24 rounding slots each are external.
+    snapshot = json.loads(run_cli("snapshot", "--json", "--dist", "fixed", "--length", "1000", "--policy", "oracle",
+                                  "--kv-budget-tokens", "16384", "--max-context", "2048").stdout)
+    assert set(snapshot["breakdown"]) == BREAKDOWN_KEYS
+    assert snapshot["breakdown"]["internal_fragmentation"] == 0
+    assert snapshot["breakdown"]["external_fragmentation"] == pytest.approx(16 * 24 / 16384, abs=1e-6)
+    assert snapshot["breakdown"]["token_states"] == pytest.approx(16 * 1000 / 16384, abs=1e-6)
+    timeline = json.loads(run_cli("timeline", "--json", "--dist", "uniform", "--low", "100", "--high", "900",
+                                  "--rate", "5", "--n", "200", "--kv-budget-tokens", "20000", "--max-num-seqs", "8",
+                                  "--max-num-batched-tokens", "512", "--max-context", "1024").stdout)
+    assert set(timeline["breakdown"]) == BREAKDOWN_KEYS
+    assert sum(timeline["breakdown"].values()) == pytest.approx(1.0, abs=1e-5)
+    assert timeline["completed"] == 200 and timeline["mean_batch_size"] <= 8
+    assert timeline["max_num_batched_tokens"] == 512
+
+
+def test_prefix_command_hand_calculations():
+    done = run_cli("prefix", "--json", "--system-prompt-tokens", "1000", "--user-tokens", "50", "--requests", "30",
+                   "--block-size", "16", "--kv-budget-tokens", "200000", "--max-context", "4096")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    for key in ("hit_rate", "prefill_tokens_saved", "cached_blocks_peak", "evictions"):
+        assert key in report
+    assert report["prefill_tokens_saved"] == 29 * 992  # 62 full blocks of the 1,000-token prompt
+    assert report["hit_rate"] == pytest.approx(29 * 992 / (30 * 1050), abs=1e-6)
+    assert report["evictions"] == 0
+    none = json.loads(run_cli("prefix", "--json", "--system-prompt-tokens", "240", "--user-tokens", "20",
+                              "--requests", "10", "--block-size", "784", "--kv-budget-tokens", "100000",
+                              "--max-context", "4096").stdout)
+    assert none["hit_rate"] == 0 and none["prefill_tokens_saved"] == 0
+    turns = json.loads(run_cli("prefix", "--json", "--system-prompt-tokens", "500", "--user-tokens", "100",
+                               "--requests", "40", "--turns", "4", "--block-size", "16", "--kv-budget-tokens",
+                               "6000", "--max-context", "4096", "--cpu-tier-gib", "4", "--per-token-bytes",
+                               "163840").stdout)
+    assert turns["evictions"] > 0 and turns["hit_rate"] > 0.5
+
+
+@pytest.mark.parametrize("args, argument", [
+    (["timeline", "--rate", "5", "--max-num-seqs", "300", "--max-num-batched-tokens", "256"],
+     "--max-num-batched-tokens"),
+    (["timeline", "--rate", "5", "--kv-budget-tokens", "10000", "--cpu-tier-gib", "10"], "--cpu-tier-gib"),
+    (["timeline", "--rate", "5", "--allocator", "contiguous-max", "--prefix-caching"], "--prefix-caching"),
+    (["timeline", "--rate", "5", "--cpu-link-gbps", "0"], "--cpu-link-gbps"),
+    (["timeline", "--rate", "5", "--no-chunked-prefill", "--max-num-batched-tokens", "2048"],
+     "--max-num-batched-tokens"),
+    (["prefix", "--requests", "0"], "--requests"),
+    (["prefix", "--turns", "1e9"], "--turns"),
+    (["prefix", "--system-prompt-tokens", "-1"], "--system-prompt-tokens"),
+    (["prefix"], "--user-tokens"),
+    (["prefix", "--user-tokens", "10", "--trace", "/no/such.csv"], "--trace"),
+])
+def test_new_options_refuse_bad_values_in_one_line(args, argument):
+    assert_one_line_error(run_cli(*args), argument)
