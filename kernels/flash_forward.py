@@ -28,8 +28,9 @@ Loads: plain pointer loads (any strides with a contiguous head dim), or, for con
 of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
 flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
 masked to -inf and their V rows zeroed, so NaN there cannot leak. Launch configurations come
-from a per-(head dim, causal) table measured on an H200 (``kernels/tune_flash.py``,
-``benchmarks/NOTES-prefill.md``): about 495-518 TFLOP/s at D = 128, N >= 4K, non-causal.
+from a per-(head dim, causal) table measured on an H200 (``scripts/tuning/h200_chunked_check.py``,
+``benchmarks/NOTES-prefill.md``): about 500-530 TFLOP/s at D = 128, N >= 4K, non-causal, and
+450-490 causal; 560 / 470 at D = 256.
 
 Sources
 -------
@@ -40,7 +41,7 @@ Limits
 ------
 * Prefill only: ``N_q == N_k`` (for decode use :mod:`kernels.paged_decode`).
 * Causal is aligned as in the reference (query ``i`` sees keys ``j <= i`` when ``N_q == N_k``).
-* Head dim 64 or 128; float16 or bfloat16; the head dim must be contiguous (stride 1).
+* Head dim 64, 128 or 256 (Gemma-2/3); float16 or bfloat16; the head dim must be contiguous.
 * Forward only (no backward kernel).
 * Under ``TRITON_INTERPRET=1`` (CPU tests) the tile products run in float32, because the
   interpreter's bfloat16 ``tl.dot`` and arithmetic are wrong; on the GPU they run on bf16/fp16
@@ -75,7 +76,7 @@ LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-SUPPORTED_HEAD_DIMS = (64, 128)
+SUPPORTED_HEAD_DIMS = (64, 128, 256)  # 256: Gemma-2/3
 
 
 def _interpreting() -> bool:
@@ -276,6 +277,9 @@ class FlashConfig:
     use_tma: bool = False
     # tl.range(..., warp_specialize=True) on the hot loop: producer/consumer warp split.
     warp_specialize: bool = False
+    # Register cap per thread (Triton's maxnreg): 128 lets two 8-warp programs share an SM, so
+    # one program's softmax can overlap the other's matrix products. None: the compiler's choice.
+    maxnreg: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -288,6 +292,8 @@ class FlashConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if self.num_stages < 1:
             raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
+        if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
+            raise ValueError(f"maxnreg must be in 24..255 (or None), got {self.maxnreg}")
 
 
 # Per-shape table, tuned on an H200 (benchmarks/NOTES-prefill.md, kernels/tune_flash.py).
@@ -297,8 +303,18 @@ _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
     # D = 64 non-causal: 446.9 TFLOP/s with this against 372.5 for the 128x128 TMA config.
     (64, False): FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=3),
     (64, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
-    (128, False): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
-    (128, True): FlashConfig(block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True),
+    # D = 128: two programs per SM, so one's softmax can overlap the other's matrix products.
+    # Non-causal: 128 x 64 tiles, 8 warps, 2 stages, registers capped at 128 (two 8-warp programs
+    # fit the 64K-register file): 503-520 TFLOP/s at B1/B4 N4K over three runs, against 462-502
+    # for the 128 x 128 TMA entry before. Causal: 64-row programs of one warpgroup (4 warps,
+    # 3 stages, 112 KiB of shared memory): B1 N4K 448-455 against 406-409, B4 N4K 473-503 against
+    # 432-450 (benchmarks/NOTES-prefill.md, tuning calls 4-6).
+    (128, False): FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, maxnreg=128),
+    (128, True): FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
+    # D = 256: a 128 x 256 fp32 accumulator is 128 registers per thread at 8 warps, and one
+    # 64-key K + V stage is 64 KiB: 64-key steps, 2 stages (Q 64 KiB + 128 KiB of stages).
+    (256, False): FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, use_tma=True),
+    (256, True): FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, use_tma=True),
 }
 # Below this many tokens a launch takes ~0.1 ms or less and the host-side descriptor set-up
 # shows in the time (measured at N = 1K, B = 1: TMA 126 TFLOP/s against 221-357 with pointers).
@@ -314,7 +330,7 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
     cfg = _GPU_CONFIGS[(head_dim, causal)]
     if n_ctx <= 64:
         # Very short prompts: a 128-row tile would be mostly padding.
-        return FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=2)
+        return FlashConfig(block_m=64, block_n=64 if head_dim <= 128 else 32, num_warps=4, num_stages=2)
     if n_ctx < _TMA_MIN_TOKENS:
         return dataclasses.replace(cfg, use_tma=False)
     return cfg
@@ -453,6 +469,7 @@ def flash_attention_forward(
         WARP_SPEC=cfg.warp_specialize,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
+        **({} if cfg.maxnreg is None or _interpreting() else {"maxnreg": cfg.maxnreg}),
     )
     return out, lse
 

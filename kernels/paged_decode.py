@@ -28,8 +28,15 @@ normalisation (scales per tensor or per KV head, fp32). By default (``DecodeConf
 q.k^T is an e4m3 x e4m3 MMA: the query tile is quantised once per program (amax -> 448, undone
 in the logit scale) and K goes to the tensor cores as stored. p.v runs in fp16: V is converted
 e4m3 -> fp16 (a native conversion on Hopper; e4m3 -> bf16 is not, and was measured 0.6-1.05x the
-bf16 kernel). With ``fp8_qk_dot=False`` both products run in fp16, so a bf16 query must then lie
-within fp16 range (|q| < 65504).
+bf16 kernel). An e4m3 p.v MMA needs V token-major per page (8-bit MMA operands must be K-major)
+and p quantised to e4m3: measured slower (0.96-1.37x bf16) and outside the FP8 tolerance
+(benchmarks/NOTES-decode.md, round 5), so it is not offered. With ``fp8_qk_dot=False`` both products run in fp16, so a
+bf16 query must then lie within fp16 range (|q| < 65504).
+
+Split-KV merge: a second, tiny kernel. Merging inside the split kernel (the last split program
+of each (sequence, KV head) to finish, found with an atomic ticket) was measured slower in every
+split shape: its serial merge sits on the critical path (batch 1 x 32K: 0.0526 ms against 0.0416
+with two launches; benchmarks/NOTES-decode.md, round 5).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------
@@ -46,7 +53,8 @@ Sources: Kwon et al. 2023 (PagedAttention / vLLM); Dao et al. FlashAttention-2 (
 softmax); the FlashDecoding split-KV scheme; the Triton fused-attention tutorial.
 
 Limits: one query token per sequence (no speculative/chunked prefill); head_dim a power of
-two from 16 to 256; block_size a power of two from 1 to 256; query bf16 or fp16, KV the same
+two from 16 to 256; block_size any power of two from 1 to 256 (a tile of ``BLOCK_N`` tokens may
+span several pages or part of one); query bf16 or fp16, KV the same
 dtype or float8_e4m3fn. Under ``TRITON_INTERPRET=1`` the tiles are converted to fp32 before
 the dots (the interpreter's bf16 arithmetic is wrong); on the GPU they stay in bf16/fp16 (an
 fp32 dot would mean TF32).
@@ -54,11 +62,9 @@ fp32 dot would mean TF32).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from functools import lru_cache
 
-from kernels.runtime import ensure_triton_backend, interpreter_active
+from kernels.runtime import ensure_triton_backend
 
 ensure_triton_backend()  # must run before `import triton`: the interpreter is chosen at decoration
 
@@ -66,7 +72,16 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from units import cdiv  # noqa: E402
+from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
+from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
+from kernels.decode_launch import (  # noqa: E402
+    check_call_options,
+    checked_once,
+    fp8_scales,
+    interpreted,
+    signature,
+    split_plan,
+)
 
 __all__ = [
     "DecodeConfig",
@@ -79,12 +94,6 @@ __all__ = [
 ]
 
 LOG2_E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), folded into the scale
-SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
-Q_DTYPES = (torch.bfloat16, torch.float16)
-FP8_DTYPE = torch.float8_e4m3fn
-KV_DTYPES = (torch.bfloat16, torch.float16, FP8_DTYPE)
-MAX_BLOCK_SIZE = 256
-MAX_SPLITS = 128  # the merge kernel holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
 MIN_GROUP_PAD = 16  # tl.dot needs M >= 16; padded query rows are masked on load and store
 
 
@@ -208,17 +217,31 @@ def _paged_decode_kernel(
     if HAS_SCALES:
         out = out * tl.load(v_scale_ptr + kv_head)
 
+    _write_output(
+        out, m_i, l_i, has_tokens, seq, split, q_heads, mask_g, offs_d,
+        out_ptr, part_out_ptr, part_lse_ptr,
+        stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, SPLIT,
+    )
+
+
+@triton.jit
+def _write_output(
+    out, m_i, l_i, has_tokens, seq, split, q_heads, mask_g, offs_d,
+    out_ptr, part_out_ptr, part_lse_ptr,
+    stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
+    SPLIT: tl.constexpr,
+):
+    """Store one program's normalised ``out`` [GROUP_PAD, HEAD_DIM]: the output itself, or a
+    split's partial and its base-2 lse for the merge kernel (shared by the bf16/FP8 and the INT4
+    kernels)."""
+    o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + q_heads[:, None] * stride_oh + offs_d[None, :]
     if SPLIT:
         lse = tl.where(has_tokens, m_i + tl.math.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
-        po_ptrs = (
-            part_out_ptr + seq.to(tl.int64) * stride_pob + q_heads[:, None] * stride_poh
-            + split * stride_pos + offs_d[None, :]
-        )
-        tl.store(po_ptrs, out, mask=mask_g[:, None])
-        pl_ptrs = part_lse_ptr + seq.to(tl.int64) * stride_plb + q_heads * stride_plh + split
-        tl.store(pl_ptrs, lse, mask=mask_g)
+        po_base = part_out_ptr + seq.to(tl.int64) * stride_pob + q_heads[:, None] * stride_poh + offs_d[None, :]
+        pl_base = part_lse_ptr + seq.to(tl.int64) * stride_plb + q_heads * stride_plh
+        tl.store(po_base + split * stride_pos, out, mask=mask_g[:, None])
+        tl.store(pl_base + split, lse, mask=mask_g)
     else:
-        o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + q_heads[:, None] * stride_oh + offs_d[None, :]
         tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_g[:, None])
 
 
@@ -253,205 +276,6 @@ def _merge_splits_kernel(
     out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
     o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + head * stride_oh + offs_d
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
-
-
-# ----------------------------------------------------------------------------------------------
-# Launch configuration
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class DecodeConfig:
-    """Launch parameters of the split kernel (the heuristic's choice, or an explicit override).
-
-    block_n: tokens per loop step; num_warps: warps per program; num_stages: software-pipelining
-    depth (how many K/V tiles are in flight ahead of their use).
-    """
-
-    block_n: int = 64
-    num_warps: int = 4
-    num_stages: int = 3
-    fp8_qk_dot: bool = False  # FP8 cache: q.k^T in e4m3 (query quantised per program) instead of fp16
-
-    def __post_init__(self) -> None:
-        if self.block_n < 16 or self.block_n & (self.block_n - 1):
-            raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
-        if self.num_stages < 1:
-            raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
-
-
-def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
-    """Heuristic table instead of ``@triton.autotune`` (which needs a GPU driver to run at all).
-
-    Measured on the H200 (benchmarks/NOTES-decode.md, rounds 1-3): for bf16 KV at d = 128,
-    64-token tiles, 4 warps, 3 stages are within 1 % of the best of 18 configurations at every
-    shape with batch x context >= 128K. FP8 KV: 128-token tiles, 2 stages and the e4m3 q.k^T dot
-    (1.38x the bf16 kernel against 1.09x for fp16 dots). The K and V tiles of one step are
-    ``2 * block_n * head_dim * bytes`` and ``num_stages`` of them sit in shared memory (228 KiB
-    per SM), so the tile shrinks for head_dim 256.
-    """
-    if head_dim >= 256:
-        return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
-    if kv_dtype == FP8_DTYPE:
-        return DecodeConfig(block_n=128, num_warps=4, num_stages=2, fp8_qk_dot=True)
-    return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
-
-
-@lru_cache(maxsize=8)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def default_num_splits(
-    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int
-) -> int:
-    """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
-
-    About two programs are resident per SM (3 stages of 64 x 128 bf16 K and V tiles take
-    96 KiB of shared memory), so ``2 * sm_count`` programs make one wave. Measured on the H200
-    (132 SMs): two full waves are best, a partial last wave costs up to 40 %: batch 8 x 8 KV
-    heads at 32K ran 0.258 ms with 8 splits (512 programs, 1.94 waves) and 0.370 ms with 9
-    (576, 2.2 waves); batch 32 ran 0.96 ms with 2 splits and 1.12 ms with 3. So aim for
-    ``4 * sm_count`` programs, round the split count to the neighbour that wastes less of the
-    last wave, keep at least 4 tiles per split, and do not split once ``batch * n_kv_heads``
-    alone makes two waves.
-    """
-    programs = batch * n_kv_heads
-    slots = 2 * sm_count  # programs resident at once
-    target = 2 * slots  # two waves
-    if programs >= target:
-        return 1
-    ideal = target / programs
-    candidates = sorted({max(1, math.floor(ideal)), max(1, math.ceil(ideal))})
-
-    def wave_efficiency(splits: int) -> float:
-        total = programs * splits
-        return total / (cdiv(total, slots) * slots)
-
-    splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), -s))
-    tiles = cdiv(max_len, block_n)
-    return max(1, min(splits, max(1, tiles // 4), MAX_SPLITS))
-
-
-# ----------------------------------------------------------------------------------------------
-# Input checks (before any launch; each names the argument and the offending values)
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_tensor(name: str, t: object, ndim: int, dtypes: tuple[torch.dtype, ...]) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != ndim:
-        raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
-    if t.dtype not in dtypes:
-        allowed = ", ".join(str(d) for d in dtypes)
-        raise ValueError(f"{name} dtype must be one of ({allowed}), got {t.dtype}")
-    return t
-
-
-def _check_shapes(q, k_cache, v_cache, block_tables, seq_lens) -> None:
-    _check_tensor("q", q, 3, Q_DTYPES)
-    _check_tensor("k_cache", k_cache, 4, KV_DTYPES)
-    _check_tensor("v_cache", v_cache, 4, KV_DTYPES)
-    _check_tensor("block_tables", block_tables, 2, (torch.int32,))
-    _check_tensor("seq_lens", seq_lens, 1, (torch.int32,))
-    if k_cache.shape != v_cache.shape:
-        raise ValueError(
-            f"k_cache and v_cache must have the same shape, got {tuple(k_cache.shape)} and "
-            f"{tuple(v_cache.shape)}"
-        )
-    if k_cache.dtype != v_cache.dtype:
-        raise ValueError(f"k_cache and v_cache dtypes differ: {k_cache.dtype} and {v_cache.dtype}")
-    if k_cache.dtype != FP8_DTYPE and k_cache.dtype != q.dtype:
-        raise ValueError(
-            f"k_cache dtype {k_cache.dtype} must equal q dtype {q.dtype} (or be {FP8_DTYPE})"
-        )
-    batch, n_q_heads, head_dim = q.shape
-    num_blocks, n_kv_heads, block_size, kv_head_dim = k_cache.shape
-    if kv_head_dim != head_dim:
-        raise ValueError(f"k_cache head_dim {kv_head_dim} differs from q head_dim {head_dim}")
-    if head_dim not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {head_dim}")
-    if block_size < 1 or block_size > MAX_BLOCK_SIZE or block_size & (block_size - 1):
-        raise ValueError(
-            f"k_cache block_size (dim 2) must be a power of two in 1..{MAX_BLOCK_SIZE}, got {block_size}"
-        )
-    if num_blocks < 1:
-        raise ValueError(f"k_cache must hold at least one block, got shape {tuple(k_cache.shape)}")
-    if n_kv_heads < 1 or n_q_heads % n_kv_heads:
-        raise ValueError(
-            f"n_q_heads ({n_q_heads}, q dim 1) must be a multiple of n_kv_heads "
-            f"({n_kv_heads}, k_cache dim 1)"
-        )
-    if block_tables.shape[0] != batch:
-        raise ValueError(f"block_tables has {block_tables.shape[0]} rows for a batch of {batch} (q dim 0)")
-    if block_tables.shape[1] < 1:
-        raise ValueError(f"block_tables must have at least one column, got shape {tuple(block_tables.shape)}")
-    if seq_lens.shape[0] != batch:
-        raise ValueError(f"seq_lens has {seq_lens.shape[0]} entries for a batch of {batch} (q dim 0)")
-    devices = {t.device for t in (q, k_cache, v_cache, block_tables, seq_lens)}
-    if len(devices) != 1:
-        raise ValueError(f"q, k_cache, v_cache, block_tables, seq_lens must share one device, got {devices}")
-    if not q.is_cuda and not interpreter_active():
-        raise ValueError(f"q is on {q.device}: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)")
-
-
-def _check_strides(q, k_cache, v_cache, block_tables, seq_lens) -> None:
-    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables)):
-        if t.stride(-1) != 1 and t.shape[-1] > 1:
-            raise ValueError(f"{name} last dim must be contiguous (stride 1), got strides {t.stride()}")
-    if seq_lens.stride(0) != 1 and seq_lens.shape[0] > 1:
-        raise ValueError(f"seq_lens must be contiguous, got stride {seq_lens.stride()}")
-
-
-def _check_scale(name: str, scale, kv_dtype: torch.dtype, n_kv_heads: int, device) -> torch.Tensor | None:
-    """Normalise a k/v scale to a [n_kv_heads] fp32 tensor (None for non-FP8 caches)."""
-    if scale is None:
-        return None if kv_dtype != FP8_DTYPE else torch.ones(n_kv_heads, dtype=torch.float32, device=device)
-    if kv_dtype != FP8_DTYPE:
-        raise ValueError(f"{name} applies only to a {FP8_DTYPE} cache; the cache is {kv_dtype}")
-    if isinstance(scale, (int, float)):
-        if not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"{name} must be a finite positive number, got {scale}")
-        return torch.full((n_kv_heads,), float(scale), dtype=torch.float32, device=device)
-    if not isinstance(scale, torch.Tensor):
-        raise ValueError(f"{name} must be a float or a tensor, got {type(scale).__name__}")
-    if scale.numel() not in (1, n_kv_heads):
-        raise ValueError(
-            f"{name} must have 1 (per tensor) or n_kv_heads={n_kv_heads} (per head) elements, "
-            f"got shape {tuple(scale.shape)}"
-        )
-    if scale.device != torch.device(device):
-        raise ValueError(f"{name} is on {scale.device}, the cache on {device}")
-    return scale.reshape(-1).to(torch.float32).expand(n_kv_heads).contiguous()
-
-
-def _check_values(block_tables, seq_lens, num_blocks: int, block_size: int) -> None:
-    """Lengths within 1..table capacity; used table entries inside the pool (one host sync)."""
-    lens = seq_lens.to(torch.int64)
-    capacity = block_tables.shape[1] * block_size
-    bad_len = (lens < 1) | (lens > capacity)
-    blocks_used = (lens + block_size - 1) // block_size
-    cols = torch.arange(block_tables.shape[1], device=block_tables.device)
-    used = cols[None, :] < blocks_used[:, None]
-    bad_entry = used & ((block_tables < 0) | (block_tables >= num_blocks))
-    flags = torch.stack([bad_len.any(), bad_entry.any()]).tolist()
-    if flags[0]:
-        idx = torch.nonzero(bad_len).flatten()[:8].tolist()
-        vals = [int(lens[i]) for i in idx]
-        raise ValueError(
-            f"seq_lens must be in 1..{capacity} (block_tables columns {block_tables.shape[1]} x "
-            f"block_size {block_size}); sequences {idx} have lengths {vals}"
-        )
-    if flags[1]:
-        where = torch.nonzero(bad_entry)[:8].tolist()
-        vals = [int(block_tables[r, c]) for r, c in where]
-        raise ValueError(
-            f"block_tables entries must index the pool 0..{num_blocks - 1}; "
-            f"(sequence, block) {[tuple(w) for w in where]} hold {vals}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -498,7 +322,8 @@ def paged_decode_attention(
         Launch parameters; default from ``default_config``.
     validate : bool
         Check table entries and lengths against the pool (costs one device-to-host sync). Shapes,
-        dtypes and strides are always checked. The benchmark validates once, then times with False.
+        dtypes and strides are always checked (once per call signature). The benchmark validates
+        once, then times with False.
 
     Returns
     -------
@@ -510,66 +335,66 @@ def paged_decode_attention(
         For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
         lengths beyond a table or head counts that do not divide; before any launch.
     """
-    _check_shapes(q, k_cache, v_cache, block_tables, seq_lens)
-    _check_strides(q, k_cache, v_cache, block_tables, seq_lens)
+    key = signature(q, k_cache, v_cache, block_tables, seq_lens)
+    checked_once(key, lambda: (check_shapes(q, k_cache, v_cache, block_tables, seq_lens),
+                               check_strides(q, k_cache, v_cache, block_tables, seq_lens)))
+    if config is not None and not isinstance(config, DecodeConfig):
+        raise ValueError(f"config must be a DecodeConfig, got {type(config).__name__}")
     batch, n_q_heads, head_dim = q.shape
     num_blocks, n_kv_heads, block_size, _ = k_cache.shape
-    ks = _check_scale("k_scale", k_scale, k_cache.dtype, n_kv_heads, q.device)
-    vs = _check_scale("v_scale", v_scale, k_cache.dtype, n_kv_heads, q.device)
-    if sm_scale is None:
-        sm_scale = 1.0 / math.sqrt(head_dim)
-    elif not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
-        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
-    if config is None:
-        config = default_config(head_dim, k_cache.dtype)
-    if num_splits is None:
-        sms = _sm_count(q.device.index or 0) if q.is_cuda else 4
-        max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
-        num_splits = default_num_splits(batch, n_kv_heads, max_len, config.block_n, sms)
-    elif not isinstance(num_splits, int) or not 1 <= num_splits <= MAX_SPLITS:
-        raise ValueError(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+    sm_scale = check_call_options(sm_scale, num_splits, head_dim)
+    ks = fp8_scales("k_scale", k_scale, k_cache.dtype, n_kv_heads, q.device)
+    vs = fp8_scales("v_scale", v_scale, k_cache.dtype, n_kv_heads, q.device)
     if validate:
-        _check_values(block_tables, seq_lens, num_blocks, block_size)
+        check_values(block_tables, seq_lens, num_blocks, block_size)
+    config = config or default_config(head_dim, k_cache.dtype)
+    max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
+    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n)
+    constexprs = _constexprs(key, config, plan.split)
 
-    group = n_q_heads // n_kv_heads
-    group_pad = max(MIN_GROUP_PAD, triton.next_power_of_2(group))
     out = torch.empty_like(q)
-    split = num_splits > 1
-    if split:
-        part_out = torch.empty(batch, n_q_heads, num_splits, head_dim, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(batch, n_q_heads, num_splits, dtype=torch.float32, device=q.device)
+    if plan.split:
+        part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=torch.float32, device=q.device)
+        part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
+        part_strides = (part_out.stride(0), part_out.stride(1), part_out.stride(2),
+                        part_lse.stride(0), part_lse.stride(1))
     else:  # unused by the kernel; any tensor satisfies the signature
-        part_out, part_lse = out, out
-    dummy_scale = ks if ks is not None else out
-    interpret = interpreter_active() or not q.is_cuda
-
-    grid = (n_kv_heads, batch, num_splits)
-    _paged_decode_kernel[grid](
+        part_out, part_lse, part_strides = out, out, (0, 0, 0, 0, 0)
+    _paged_decode_kernel[plan.grid](
         q, k_cache, v_cache, block_tables, seq_lens,
-        dummy_scale, vs if vs is not None else out,
+        ks if ks is not None else out, vs if vs is not None else out,
         out, part_out, part_lse,
-        sm_scale * LOG2_E, num_splits,
+        sm_scale * LOG2_E, plan.num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         out.stride(0), out.stride(1),
-        part_out.stride(0) if split else 0, part_out.stride(1) if split else 0,
-        part_out.stride(2) if split else 0,
-        part_lse.stride(0) if split else 0, part_lse.stride(1) if split else 0,
-        GROUP=group, GROUP_PAD=group_pad, HEAD_DIM=head_dim, PAGE_SIZE=block_size,
-        BLOCK_N=config.block_n, HAS_SCALES=ks is not None, FP8_KV=k_cache.dtype == FP8_DTYPE,
-        FP8_QK=k_cache.dtype == FP8_DTYPE and config.fp8_qk_dot and not interpret,
-        SPLIT=split, INTERPRET=interpret,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+        *part_strides,
+        **constexprs,
     )
-    if split:
+    if plan.split:
         merge_splits(part_out, part_lse, out)
     return out
 
 
+@lru_cache(maxsize=256)
+def _constexprs(key: tuple, config: DecodeConfig, split: bool) -> dict:
+    """The kernel's compile-time arguments for one call signature."""
+    (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
+    fp8 = k_dtype == FP8_DTYPE
+    interpret = interpreted(device)
+    group = n_q_heads // n_kv_heads
+    return dict(
+        GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+        PAGE_SIZE=block_size, BLOCK_N=config.block_n, HAS_SCALES=fp8, FP8_KV=fp8,
+        FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
+        INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
+    )
+
+
 def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Merge split-KV partial outputs into ``out`` (the second kernel of a split decode call).
+    """Merge split-KV partial outputs into ``out`` (the second kernel of a split call).
 
     ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 normalised partial outputs
     (last dim contiguous), ``part_lse`` ``[batch, n_q_heads, num_splits]`` fp32 base-2

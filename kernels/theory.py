@@ -25,6 +25,11 @@ Decode (one query token per sequence against a cache of L tokens)::
     KV bytes = 2 x batch x L x KV heads x d x b;  time = KV bytes / bandwidth
     FLOPs    = 4 x batch x query heads x L x d;   intensity = FLOPs / KV bytes = 2 x group / b
 
+Mixed batch (chunked prefill): sequence b has q_b new tokens after c_b = s_b - q_b cached ones::
+
+    pairs    = q_b c_b + q_b (q_b + 1) / 2        (token i sees c_b + i + 1 keys)
+    FLOPs    = 4 x query heads x d x sum_b pairs;  bytes >= K, V of every cached token + Q + O
+
 Units: bytes and FLOPs are plain counts; bandwidth in TB/s and rates in TFLOP/s are decimal
 (1e12), as datasheets quote them; times are returned in seconds.
 """
@@ -36,10 +41,11 @@ from dataclasses import dataclass
 from hardware.gpus import get_gpu
 
 __all__ = [
-    "decode_kv_bytes", "decode_flops", "prefill_flops", "tbps", "tflops", "copy_tbps",
+    "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_pairs", "varlen_flops", "varlen_hbm_bytes",
+    "tbps", "tflops", "copy_tbps",
     "Hardware", "H100_SXM", "H200_SXM", "hardware_from_catalogue", "PrefillModel", "DecodeModel", "RooflinePoint",
     "prefill_model", "decode_model", "roofline_point", "attainable_tflops", "ridge_intensity",
-    "decode_contender_bytes", "prefill_contender_bytes",
+    "decode_contender_bytes", "prefill_contender_bytes", "mixed_contender_bytes",
 ]
 
 TERA = 1e12
@@ -55,6 +61,12 @@ def decode_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int, by
     return 2 * batch * context * n_kv_heads * head_dim * bytes_per_value
 
 
+def decode_int4_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int) -> int:
+    """Bytes of an INT4 cache a decode step reads: per token, KV head and K or V, ``head_dim / 2``
+    bytes of 4-bit codes and two fp16 scales (one per half head vector; ``kernels.int4_cache``)."""
+    return 2 * batch * context * n_kv_heads * (head_dim // 2 + 2 * 2)
+
+
 def decode_flops(batch: int, context: int, n_q_heads: int, head_dim: int) -> int:
     """FLOPs of one decode step: q.k and p.v, a multiply-add each, per query head and token."""
     return 4 * batch * n_q_heads * context * head_dim
@@ -64,6 +76,27 @@ def prefill_flops(batch: int, seq_len: int, n_q_heads: int, head_dim: int, causa
     """FLOPs of attention forward over N x N scores; causal computes half of them."""
     full = 4 * batch * n_q_heads * seq_len * seq_len * head_dim
     return full // 2 if causal else full
+
+
+def varlen_pairs(q_len: int, seq_len: int) -> int:
+    """(query, key) pairs one sequence of a mixed batch scores: its ``q_len`` new tokens sit after
+    ``seq_len - q_len`` cached ones and token ``i`` sees ``seq_len - q_len + i + 1`` keys."""
+    context = seq_len - q_len
+    return q_len * context + q_len * (q_len + 1) // 2
+
+
+def varlen_flops(q_lens, seq_lens, n_q_heads: int, head_dim: int) -> int:
+    """FLOPs of attention over a mixed batch (prefill chunks and decode rows): two matmuls,
+    2 FLOPs per multiply-add, over each sequence's visible pairs (a decode row: ``seq_len``)."""
+    return 4 * n_q_heads * head_dim * sum(varlen_pairs(q, s) for q, s in zip(q_lens, seq_lens))
+
+
+def varlen_hbm_bytes(q_lens, seq_lens, n_q_heads: int, n_kv_heads: int, head_dim: int,
+                     bytes_per_value: int) -> int:
+    """Least HBM bytes of a mixed batch: every cached K and V once, the queries read and the
+    outputs written once."""
+    kv = 2 * sum(seq_lens) * n_kv_heads * head_dim * bytes_per_value
+    return kv + 2 * sum(q_lens) * n_q_heads * head_dim * bytes_per_value
 
 
 def tbps(nbytes: float, ms: float) -> float:
@@ -347,6 +380,17 @@ def decode_contender_bytes(contender: str, *, batch: int, context: int, n_q_head
         group = n_q_heads // n_kv_heads
         return kv * (1 + 2 * group) if group > 1 else kv
     return kv
+
+
+def mixed_contender_bytes(contender: str, *, q_lens, seq_lens, n_q_heads: int, n_kv_heads: int, head_dim: int,
+                          bytes_per_value: int = 2) -> int:
+    """HBM bytes of one mixed batch for a contender: the paged kernels and the dense forwards
+    read the cache once (:func:`varlen_hbm_bytes`); gather-then-SDPA also writes the gathered
+    copy and reads it again (3x the KV bytes, padding not counted)."""
+    io = varlen_hbm_bytes(q_lens, seq_lens, n_q_heads, n_kv_heads, head_dim, bytes_per_value)
+    if contender == "gather_sdpa":
+        return io + 2 * varlen_hbm_bytes((), seq_lens, n_q_heads, n_kv_heads, head_dim, bytes_per_value)
+    return io
 
 
 def prefill_contender_bytes(contender: str, *, batch: int, seq_len: int, n_q_heads: int, n_kv_heads: int,

@@ -1,4 +1,4 @@
-"""Live kernels: the Triton paged-decode and tiled-forward kernels timed on this machine's GPU.
+"""Live kernels: the Triton paged-decode, tiled-forward and chunked-prefill kernels timed on this GPU.
 
 Thin page: widgets → ``kernels.bench.live.KernelRequest`` → its ``RunPlan`` → the sweep
 functions (through an injectable backend) → records → ``ui.kernel_charts`` tables and figures.
@@ -25,6 +25,7 @@ from kernels.runtime import ensure_triton_backend, interpreter_active
 ensure_triton_backend()  # before any kernel module: Triton reads TRITON_INTERPRET at decoration
 
 from kernels.bench.live import Backend, KernelRequest, default_backend, merge_reports  # noqa: E402
+from kernels.bench.mixed import MIXED_PRESETS, mixed_batch  # noqa: E402
 from kernels.bench.records import BenchJsonError, parse_bench_json, report_to_json  # noqa: E402
 from kernels.bench.shipped import RESULTS_DIR, find_shipped_results, provenance_lines  # noqa: E402
 from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
@@ -35,9 +36,11 @@ from ui.url_state import ChoiceField, FlagField, PageState  # noqa: E402
 
 SESSION_RUNS = "kernels_session_runs"  # the planner page reads this session's runs too
 SESSION_SOURCE = "This session's runs"
-KERNELS = {"decode": "Paged decode", "prefill": "Tiled forward (prefill)"}
-DTYPES = {"decode": ("bf16", "fp16", "fp8"), "prefill": ("bf16", "fp16")}
-HEAD_DIMS = {"decode": (64, 128, 256), "prefill": (64, 128)}
+KERNELS = {"decode": "Paged decode", "prefill": "Tiled forward (prefill)", "mixed": "Chunked prefill (mixed batch)"}
+DTYPES = {"decode": ("bf16", "fp16", "fp8"), "prefill": ("bf16", "fp16"), "mixed": ("bf16", "fp16")}
+HEAD_DIMS = {"decode": (64, 128, 256), "prefill": (64, 128, 256), "mixed": (64, 128, 256)}
+MIXES = {p: mixed_batch(p).name for p in MIXED_PRESETS}  # the harness's mixed batches
+MAIN = {"decode": "triton_paged", "prefill": "triton_flash", "mixed": "triton_chunked"}
 BATCHES = (1, 2, 4, 8, 16, 32, 64, 128)
 LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
 HEADS = (1, 2, 4, 8, 16, 32, 64)
@@ -51,6 +54,7 @@ shape_state = PageState("kernels", [
     ChoiceField("hkv", "hkv", 8, HEADS),
     ChoiceField("block", "block", 16, BLOCKS),
     FlagField("causal", "causal", True),
+    ChoiceField("mix", "mix", MIXED_PRESETS[0], MIXED_PRESETS),
 ])
 
 
@@ -61,7 +65,7 @@ def _kernel_state(kernel: str) -> PageState:
 
 
 def _on_kernel_change() -> None:
-    """Drop link values the new kernel cannot use (fp8, d = 256 for prefill): they belonged to
+    """Drop link values the new kernel cannot use (fp8 outside decode): they belonged to
     the other kernel's controls, so the new kernel starts from its defaults, without a notice."""
     for field in _kernel_state(st.session_state[shape_state.key("kernel")]).fields:
         raw = st.query_params.get(field.url_name)
@@ -105,13 +109,16 @@ def _sidebar() -> KernelRequest:
         kernel_state.seed()
         dtype = st.selectbox("Dtype", DTYPES[kernel], key=kernel_state.key(f"dtype_{kernel}"),
                              format_func=lambda d: "FP8 (e4m3) KV, bf16 query" if d == "fp8" else d)
-        batch = st.selectbox("Batch", BATCHES, key=shape_state.key("batch"))
-        length = st.selectbox("Context (decode) / N (prefill), tokens", LENGTHS, key=shape_state.key("len"))
+        mix = st.selectbox("Mixed batch", MIXED_PRESETS, format_func=MIXES.get, key=shape_state.key("mix"),
+                           disabled=kernel != "mixed")
+        batch = st.selectbox("Batch", BATCHES, key=shape_state.key("batch"), disabled=kernel == "mixed")
+        length = st.selectbox("Context (decode) / N (prefill), tokens", LENGTHS, key=shape_state.key("len"),
+                              disabled=kernel == "mixed")
         c1, c2 = st.columns(2)
         hq = c1.selectbox("Query heads", HEADS, key=shape_state.key("hq"))
         hkv = c2.selectbox("KV heads", HEADS, key=shape_state.key("hkv"))
         d = st.selectbox("Head dim", HEAD_DIMS[kernel], key=kernel_state.key(f"d_{kernel}"))
-        block = st.selectbox("Block size (decode)", BLOCKS, key=shape_state.key("block"), disabled=kernel != "decode")
+        block = st.selectbox("Block size (paged)", BLOCKS, key=shape_state.key("block"), disabled=kernel == "prefill")
         causal = st.toggle("Causal (prefill)", key=shape_state.key("causal"), disabled=kernel != "prefill")
         sweep = st.toggle("Add the sweep (context and batch / N)", key="k_sweep", value=False)
         memory = st.toggle("Add naive vs tiled memory as N grows", key="k_memory", value=False)
@@ -120,7 +127,7 @@ def _sidebar() -> KernelRequest:
     for notice in shape_state.notices + kernel_state.notices:
         st.warning(notice, icon=":material/link_off:")
     return KernelRequest(kernel=kernel, dtype=dtype, batch=batch, length=length, n_q_heads=hq, n_kv_heads=hkv,
-                         head_dim=d, block_size=block, causal=causal, sweep=sweep, memory=memory)
+                         head_dim=d, block_size=block, causal=causal, sweep=sweep, memory=memory, mix=mix)
 
 
 def _run_on_gpu(plan, runs: list) -> None:
@@ -192,7 +199,7 @@ def _results_tab(report, source: str, kernel: str, plan):
     """Provenance, the picked shape's figures and tables; returns the picked record (or None)."""
     with st.container(border=True):
         st.markdown("\n\n".join(provenance_lines(report, source)))
-    records = report.decode if kernel == "decode" else report.prefill
+    records = {"decode": report.decode, "prefill": report.prefill, "mixed": report.mixed}[kernel]
     if not records:
         st.info(f"These results hold no {KERNELS[kernel].lower()} shapes.", icon=":material/info:")
         return None
@@ -204,7 +211,7 @@ def _results_tab(report, source: str, kernel: str, plan):
     result = records[pick]
     if wanted is not None and result.shape != wanted:
         st.caption("The shape chosen in the sidebar is not in these results; showing the one picked here.")
-    main = result.get("triton_paged" if kernel == "decode" else "triton_flash")
+    main = result.get(MAIN[kernel])
     if main is not None and main.status == "ok":
         m1, m2, m3, m4 = st.columns(4)
         m1.metric("Kernel median time", f"{main.median_ms * 1e3:,.1f} µs")
@@ -226,7 +233,7 @@ def _results_tab(report, source: str, kernel: str, plan):
 backend: Backend = st.session_state.get("kernels_backend") or _backend()
 run_through_router()  # a deep link to /kernels as the first request still gets app.py's router
 st.title(":material/speed: Live kernels")
-st.caption("Triton paged-decode and tiled (FlashAttention-style) attention, timed against PyTorch's "
+st.caption("Triton paged-decode, tiled (FlashAttention-style) and chunked-prefill attention, timed against PyTorch's "
            "baselines and the reference page's traffic model.")
 if backend.gpu:
     st.success(f"GPU: **{backend.device}**. Runs below are timed on it, one browser session at a time.",

@@ -13,17 +13,17 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kernels.bench.live import InterpreterCheck
-from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, PrefillResult
+from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, MixedResult, PrefillResult
 from kernels.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
-    Hardware, attainable_tflops, decode_contender_bytes, decode_flops, decode_model, prefill_contender_bytes,
-    prefill_model, tflops,
+    Hardware, attainable_tflops, decode_contender_bytes, decode_flops, decode_model, mixed_contender_bytes,
+    prefill_contender_bytes, prefill_model, tflops,
 )
 
 __all__ = ["CONTENDER_NAMES", "measurement_table", "roofline_rows", "roofline_figure", "decode_sweep_rows",
            "prefill_sweep_rows", "sweep_figure", "memory_rows", "memory_figure", "theory_rows",
            "softmax_step_figure", "hardware_from_ceilings", "DTYPE_BYTES", "target_rows", "interpreter_rows",
-           "shape_labels"]
+           "shape_labels", "mixed_rows"]
 
 CONTENDER_NAMES = {
     "triton_paged": "Triton paged decode",
@@ -34,6 +34,8 @@ CONTENDER_NAMES = {
     "sdpa_efficient": "SDPA EFFICIENT (contiguous)",
     "naive": "naive softmax(QKᵀ)V",
     "triton_flash": "Triton tiled forward",
+    "triton_chunked": "Triton chunked prefill, one launch",
+    "triton_chunked_split": "Triton chunked prefill, chunks and rows in two launches",
 }
 DTYPE_BYTES = {"bf16": 2, "fp16": 2}
 GIB = 2**30
@@ -101,7 +103,13 @@ def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
     for m in result.measurements:
         if m.status != "ok" or not m.median_ms:
             continue
-        if isinstance(result, DecodeResult):
+        if isinstance(result, MixedResult):
+            s = result.shape
+            flops = result.flops
+            nbytes = mixed_contender_bytes(m.contender, q_lens=s.q_lens, seq_lens=s.seq_lens, n_q_heads=s.n_q_heads,
+                                           n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
+                                           bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
+        elif isinstance(result, DecodeResult):
             s = result.shape
             flops = decode_flops(s.batch, s.context, s.n_q_heads, s.head_dim)
             nbytes = decode_contender_bytes(m.contender, batch=s.batch, context=s.context, n_q_heads=s.n_q_heads,
@@ -174,6 +182,13 @@ def prefill_sweep_rows(report: BenchReport, causal: bool, head_dim: int, dtype: 
     return pd.DataFrame(rows, columns=["N", "contender", "TFLOP/s", "heads", "batch"]).sort_values(["N", "contender"])
 
 
+def mixed_rows(report: BenchReport) -> pd.DataFrame:
+    """TFLOP/s and time of every contender on every mixed batch of a report."""
+    rows = [{"batch": r.shape.label, "contender": _name(m.contender), "TFLOP/s": m.rate, "median ms": m.median_ms}
+            for r in report.mixed for m in r.measurements if m.status == "ok" and m.rate is not None]
+    return pd.DataFrame(rows, columns=["batch", "contender", "TFLOP/s", "median ms"])
+
+
 def sweep_figure(rows: pd.DataFrame, x: str, y: str, title: str) -> go.Figure:
     """Lines per contender (log-2 x axis: the sweeps double)."""
     fig = go.Figure()
@@ -221,7 +236,20 @@ def theory_rows(result: DecodeResult | PrefillResult, ceilings: Ceilings) -> pd.
         hw = hardware_from_ceilings(ceilings, measured=measured)
         if hw is None:
             continue
-        if isinstance(result, PrefillResult):
+        if isinstance(result, MixedResult):
+            s = result.shape
+            memory_s, compute_s = hw.seconds_to_move(result.hbm_bytes), hw.seconds_to_compute(result.flops)
+            rows += [
+                {"quantity": f"batch: sequences / query tokens / decode rows ({hw.name})",
+                 "model": f"{len(s.q_lens)} / {sum(s.q_lens):,} / {s.n_decode}"},
+                {"quantity": f"FLOPs of the visible (query, key) pairs / least HBM bytes ({hw.name})",
+                 "model": f"{result.flops / 1e12:,.3f} TFLOP / {result.hbm_bytes / 1e9:,.3f} GB "
+                          f"({result.flops / result.hbm_bytes:,.0f} FLOP/B)"},
+                {"quantity": f"memory-bound / compute-bound time ({hw.name})",
+                 "model": f"{memory_s * 1e6:,.1f} µs / {compute_s * 1e6:,.1f} µs → "
+                          f"{'memory' if memory_s > compute_s else 'compute'}-bound"},
+            ]
+        elif isinstance(result, PrefillResult):
             s = result.shape
             model = prefill_model(seq_len=s.seq_len, head_dim=s.head_dim, n_heads=s.n_q_heads, batch=s.batch,
                                   bytes_per_value=DTYPE_BYTES.get(s.dtype, 2), hardware=hw, causal=s.causal)

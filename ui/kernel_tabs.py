@@ -13,8 +13,8 @@ from kernels.bench.live import interpreter_check
 from kernels.online_softmax import online_softmax_attention, random_head
 from ui.gpu_lock import run_guarded
 from ui.kernel_charts import (
-    decode_sweep_rows, interpreter_rows, memory_figure, memory_rows, prefill_sweep_rows, softmax_step_figure,
-    sweep_figure,
+    decode_sweep_rows, interpreter_rows, memory_figure, memory_rows, mixed_rows, prefill_sweep_rows,
+    softmax_step_figure, sweep_figure,
 )
 
 __all__ = ["sweep_tab", "memory_tab", "softmax_tab", "check_tab"]
@@ -32,6 +32,11 @@ def _softmax_run(n: int, d: int, tile_q: int, tile_k: int, causal: bool, seed: i
 
 
 def sweep_tab(report, result, kernel: str) -> None:
+    if kernel == "mixed":
+        st.markdown("Every mixed batch of these results: one launch against two launches, gather-then-SDPA "
+                    "and, for prefill-only batches, the dense forward and cuDNN on the same tokens.")
+        st.dataframe(mixed_rows(report), hide_index=True, key="k_mixed_rows")
+        return
     if kernel == "decode":
         for axis in ("context", "batch"):
             rows = decode_sweep_rows(report, result.shape, axis)
@@ -90,7 +95,7 @@ def check_tab(*, gpu: bool, interpreting: bool) -> None:
                 "*max abs error vs fp32 reference* of the results table).")
     if gpu or not interpreting:
         return
-    st.markdown("Both kernels at a toy size on the CPU (Triton interpreter) against the float32 references.")
+    st.markdown("The kernels at a toy size on the CPU (Triton interpreter) against the float32 references.")
     if st.button("Run the kernels under the interpreter", key="k_interp", icon=":material/play_circle:"):
         st.session_state["k_interp_done"] = True
     if not st.session_state.get("k_interp_done"):

@@ -20,7 +20,8 @@ import torch
 from inputs.bounds import Bound
 from inputs.cli import OneLineParser, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError, shown
-from kernels.bench.records import format_report, write_bench_json
+from kernels.bench.records import write_bench_json
+from kernels.bench.text_report import format_report
 from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
 
 __all__ = ["PROG", "build_parser", "config_from_args", "main", "token_list", "head_pairs"]
@@ -34,7 +35,7 @@ SEQ_LEN = Bound(field="seq-len", low=1, high=MAX_TOKENS, integer=True, unit="tok
 HEADS = Bound(field="heads", low=1, high=256, integer=True, unit="heads")
 BLOCK_SIZE = Bound(field="block-size", low=1, high=256, integer=True, unit="tokens")  # the kernel's limit
 REP_MS = Bound(field="rep-ms", low=0, high=60_000, low_open=True, unit="ms")
-ONLY = ("all", "decode", "prefill", "memory")
+ONLY = ("all", "decode", "prefill", "mixed", "memory", "page-sizes")
 
 
 def _checked(bound: Bound, value: int, shown_as: str) -> int:
@@ -109,7 +110,8 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     changes: dict[str, object] = {}
     if args.only != "all":
         changes.update(run_decode=args.only == "decode", run_prefill=args.only == "prefill",
-                       run_memory=args.only == "memory")
+                       run_mixed=args.only == "mixed", run_memory=args.only == "memory",
+                       run_page_sizes=args.only == "page-sizes")
     if args.long_context is not None:
         changes["b1_long_contexts"] = tuple(c for c in args.long_context if c > 0)
     for option, fld in (("batch", "decode_batches"), ("context", "decode_contexts"), ("heads", "decode_heads"),

@@ -28,11 +28,13 @@ import torch.nn.functional as F  # noqa: E402
 from kernels.bench.records import DecodeShape, PrefillShape  # noqa: E402
 from kernels.bench.timing import Rotation, sdpa_context  # noqa: E402
 from kernels.flash_forward import flash_attention_forward  # noqa: E402
+from kernels.int4_cache import dequantize_int4, quantize_pool_int4  # noqa: E402
 from kernels.paged_cache import quantize_kv_fp8  # noqa: E402
 from kernels.paged_decode import paged_decode_attention  # noqa: E402
+from kernels.paged_decode_int4 import paged_decode_int4  # noqa: E402
 from kernels.paged_reference import gather_kv_padded, paged_attention_reference  # noqa: E402
 from kernels.reference import naive_attention_native  # noqa: E402
-from kernels.theory import decode_kv_bytes  # noqa: E402
+from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes  # noqa: E402
 
 __all__ = ["DTYPES", "SDPA_BACKENDS", "DecodeInputs", "Timed", "DecodeContender", "DECODE", "PrefillInputs",
            "PrefillContender", "PREFILL"]
@@ -119,8 +121,11 @@ class DecodeContender:
     prepare: Callable[[DecodeInputs], object] | None = None  # built before timing; failure = record
     prepares: str = ""  # what prepare builds, for the failure note
     graph: bool = True  # timed on CUDA-graph replays when the sweep asks for them
+    int4: bool = False  # its bytes are the INT4 layout's (codes + scales), not bytes per value
 
     def work(self, shape: DecodeShape) -> int:
+        if self.int4:
+            return decode_int4_kv_bytes(shape.batch, shape.context, shape.n_kv_heads, shape.head_dim)
         return decode_kv_bytes(shape.batch, shape.context, shape.n_kv_heads, shape.head_dim,
                                self.kv_bytes_per_value)
 
@@ -148,6 +153,23 @@ def _triton_paged_fp8(x: DecodeInputs, pool: tuple[torch.Tensor, ...]) -> Timed:
 
     return Timed(run=lambda: paged_decode_attention(q[(i := rot.next())], k8, v8, tables[i], lens,
                                                     k_scale=ks, v_scale=vs, validate=False),
+                 check=check)
+
+
+def _int4_pool(x: DecodeInputs) -> tuple:
+    return quantize_pool_int4(x.k), quantize_pool_int4(x.v)
+
+
+def _triton_paged_int4(x: DecodeInputs, pools: tuple) -> Timed:
+    k4, v4 = pools
+    q, tables, lens, rot = x.q, x.tables, x.lens, x.rot
+    ref4 = x.reference(dequantize_int4(k4), dequantize_int4(v4))
+
+    def check() -> tuple[float, str]:
+        err, _ = x.err_of(paged_decode_int4(q[0], k4, v4, tables[0], lens), ref4)
+        return err, "vs fp32 reference on the dequantised INT4 cache"
+
+    return Timed(run=lambda: paged_decode_int4(q[(i := rot.next())], k4, v4, tables[i], lens, validate=False),
                  check=check)
 
 
@@ -202,6 +224,8 @@ DECODE: dict[str, DecodeContender] = {c.name: c for c in (
     DecodeContender(name="triton_paged", layout="paged", kv_bytes_per_value=2, build=_triton_paged),
     DecodeContender(name="triton_paged_fp8", layout="paged, e4m3", kv_bytes_per_value=1, build=_triton_paged_fp8,
                     prepare=_fp8_pool, prepares="the FP8 cache"),
+    DecodeContender(name="triton_paged_int4", layout="paged, int4 + fp16 scale per half head", kv_bytes_per_value=1,
+                    build=_triton_paged_int4, prepare=_int4_pool, prepares="the INT4 cache", int4=True),
     DecodeContender(name="gather_sdpa", layout="paged, gathered per call", kv_bytes_per_value=2,
                     build=_gather_sdpa),
     *(DecodeContender(name=name, layout=_CONTIGUOUS, kv_bytes_per_value=2, build=_sdpa_on_contiguous(backend),

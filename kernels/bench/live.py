@@ -1,7 +1,7 @@
 """What the live kernel page runs: one shape plus its sweeps on the GPU, or a toy check on the CPU.
 
-* :class:`RunPlan` is what the page's widgets describe: the kernel (paged decode or tiled
-  prefill), the shape, the dtype (FP8 KV for decode adds the FP8 contender), and which sweeps
+* :class:`RunPlan` is what the page's widgets describe: the kernel (paged decode, tiled
+  prefill, or chunked prefill over a mixed batch of chunks and decode rows), the shape, the dtype (FP8 KV for decode adds the FP8 contender), and which sweeps
   to add (decode: context and batch; prefill: N; naive-vs-tiled memory as N grows).
 * :func:`run_plan_on_gpu` runs a plan through the sweep functions the CLI uses
   (``kernels.bench.sweeps.bench_decode_shape`` and friends) and returns a ``BenchReport``,
@@ -28,16 +28,19 @@ ensure_triton_backend()  # before the kernel modules: the interpreter is chosen 
 import torch  # noqa: E402
 
 from kernels.bench import sweeps as bench  # noqa: E402
+from kernels.bench.mixed import bench_mixed_shape, mixed_batch  # noqa: E402
 from kernels.bench.records import (  # noqa: E402
-    SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, MemoryPoint, PrefillResult,
-    PrefillShape, Provenance, compute_targets,
+    SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, MemoryPoint, MixedResult,
+    MixedShape, PrefillResult, PrefillShape, Provenance, compute_targets,
 )
+from kernels.chunked_prefill import chunked_prefill_attention, plan_batch  # noqa: E402
 from kernels.flash_forward import flash_attention_forward  # noqa: E402
 from kernels.paged_cache import build_paged_cache, quantize_fp8  # noqa: E402
 from kernels.paged_decode import paged_decode_attention  # noqa: E402
 from kernels.paged_reference import paged_attention_reference  # noqa: E402
 from kernels.reference import naive_attention  # noqa: E402
 from kernels.tolerances import tolerance  # noqa: E402
+from kernels.varlen_reference import varlen_attention_reference  # noqa: E402
 
 __all__ = ["Backend", "default_backend", "KernelRequest", "RunPlan", "Step", "plan_steps", "run_plan_on_gpu", "merge_reports", "InterpreterCheck",
            "interpreter_check", "DECODE_SWEEP_CONTEXTS", "DECODE_SWEEP_BATCHES", "PREFILL_SWEEP_NS",
@@ -59,9 +62,10 @@ SWEEP_PREFILL_CONTENDERS = ("triton_flash", "sdpa_flash", "sdpa_cudnn")
 class RunPlan:
     """One press of the page's Run button."""
 
-    kernel: str  # "decode" | "prefill"
+    kernel: str  # "decode" | "prefill" | "mixed"
     decode: DecodeShape | None = None
     prefill: PrefillShape | None = None
+    mixed: MixedShape | None = None
     fp8: bool = False  # decode: also time the kernel on an FP8 (e4m3) copy of the cache
     naive: bool = True  # include naive attention among the chosen shape's baselines
     sweep: bool = False  # add the sweep points (see the constants above)
@@ -69,16 +73,16 @@ class RunPlan:
     rep_ms: float = 25.0  # do_bench repetition time per measurement
 
     def __post_init__(self) -> None:
-        if self.kernel not in ("decode", "prefill"):
-            raise ValueError(f"kernel must be 'decode' or 'prefill', got {self.kernel!r}")
-        if (self.kernel == "decode") != (self.decode is not None) or (self.kernel == "prefill") != (
-                self.prefill is not None):
+        if self.kernel not in ("decode", "prefill", "mixed"):
+            raise ValueError(f"kernel must be 'decode', 'prefill' or 'mixed', got {self.kernel!r}")
+        shapes = {"decode": self.decode, "prefill": self.prefill, "mixed": self.mixed}
+        if any((kind == self.kernel) != (shape is not None) for kind, shape in shapes.items()):
             raise ValueError(f"a {self.kernel} plan needs exactly its own shape")
 
     @property
-    def shape(self) -> DecodeShape | PrefillShape:
+    def shape(self) -> DecodeShape | PrefillShape | MixedShape:
         """The chosen shape (the plan's one non-None shape)."""
-        return self.decode if self.kernel == "decode" else self.prefill
+        return {"decode": self.decode, "prefill": self.prefill, "mixed": self.mixed}[self.kernel]
 
     @property
     def label(self) -> str:
@@ -89,10 +93,12 @@ class RunPlan:
 class KernelRequest:
     """What the page's sidebar asks for, before it is checked: one kernel, one shape, the extras.
 
-    ``dtype`` "fp8" (decode only) means an FP8 (e4m3) KV cache with a bf16 query.
+    ``dtype`` "fp8" (decode only) means an FP8 (e4m3) KV cache with a bf16 query. A "mixed"
+    request takes its sequences from the preset ``mix`` (``kernels.bench.mixed.MIXED_PRESETS``);
+    batch and length do not apply to it.
     """
 
-    kernel: str  # "decode" | "prefill"
+    kernel: str  # "decode" | "prefill" | "mixed"
     dtype: str  # "bf16" | "fp16" | "fp8"
     batch: int
     length: int  # context (decode) or N (prefill), tokens
@@ -103,12 +109,16 @@ class KernelRequest:
     causal: bool = True  # prefill only
     sweep: bool = False
     memory: bool = False  # add the naive-vs-tiled memory series (MEMORY_NS)
+    mix: str = "busy"  # mixed only: which of the harness's mixed batches
 
     @property
     def problem(self) -> str | None:
         """Why no plan can be made from this request, or None."""
         if self.n_q_heads % self.n_kv_heads:
             return f"{self.n_q_heads} query heads cannot share {self.n_kv_heads} KV heads evenly."
+        group = self.n_q_heads // self.n_kv_heads
+        if self.kernel == "mixed" and group > 64:
+            return f"The chunked-prefill kernel takes at most 64 query heads per KV head, not {group}."
         return None
 
     def plan(self) -> RunPlan | None:
@@ -123,6 +133,10 @@ class KernelRequest:
                                 dtype=base)
             return RunPlan(kernel="decode", fp8=self.dtype == "fp8", sweep=self.sweep, memory_ns=memory_ns,
                            decode=shape)
+        if self.kernel == "mixed":
+            shape = mixed_batch(self.mix, n_q_heads=self.n_q_heads, n_kv_heads=self.n_kv_heads,
+                                head_dim=self.head_dim, block_size=self.block_size, dtype=base)
+            return RunPlan(kernel="mixed", mixed=shape)
         shape = PrefillShape(batch=self.batch, seq_len=self.length, n_q_heads=self.n_q_heads,
                              n_kv_heads=self.n_kv_heads, head_dim=self.head_dim, causal=self.causal, dtype=base)
         return RunPlan(kernel="prefill", sweep=self.sweep, memory_ns=memory_ns, prefill=shape)
@@ -130,10 +144,11 @@ class KernelRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class Step:
-    kind: str  # "decode" | "prefill" | "memory"
+    kind: str  # "decode" | "prefill" | "mixed" | "memory"
     label: str
     decode: DecodeShape | None = None
     prefill: PrefillShape | None = None
+    mixed: MixedShape | None = None
     contenders: tuple[str, ...] | None = None  # None: every contender of the kind
     seq_len: int = 0  # memory steps
     contender: str = ""  # memory steps
@@ -142,7 +157,9 @@ class Step:
 def plan_steps(plan: RunPlan) -> tuple[Step, ...]:
     """The ordered steps of a plan: the chosen shape first, then sweep points, then memory."""
     steps: list[Step] = []
-    if plan.kernel == "decode":
+    if plan.kernel == "mixed":
+        steps.append(Step(kind="mixed", label=f"mixed {plan.mixed.label}", mixed=plan.mixed))
+    elif plan.kernel == "decode":
         s = plan.decode
         main = ["triton_paged", *(("triton_paged_fp8",) if plan.fp8 else ()), "gather_sdpa",
                 "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", *(("naive",) if plan.naive else ())]
@@ -189,6 +206,7 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
     config = bench.SweepConfig(rep_ms=plan.rep_ms, decode_fp8=plan.fp8, naive=plan.naive)
     decode: list[DecodeResult] = []
     prefill: list[PrefillResult] = []
+    mixed: list[MixedResult] = []
     memory: list[MemoryPoint] = []
     naive_oom = False
     for i, step in enumerate(steps, start=1):
@@ -198,6 +216,8 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
         elif step.kind == "prefill":
             prefill.append(bench.bench_prefill_shape(step.prefill, ceilings, config=config,
                                                      contenders=step.contenders))
+        elif step.kind == "mixed":
+            mixed.append(bench_mixed_shape(step.mixed, ceilings, rep_ms=plan.rep_ms))
         else:
             shape = plan.shape
             heads = shape.n_q_heads
@@ -209,11 +229,11 @@ def run_plan_on_gpu(plan: RunPlan, progress: Callable[[object], None], *,
             naive_oom |= step.contender == "naive" and point.status == "oom"
             memory.append(point)
     progress(bench.ProgressEvent(done=total, total=total, message="done"))
-    d, p = tuple(decode), tuple(prefill)
+    d, p, x = tuple(decode), tuple(prefill), tuple(mixed)
     return BenchReport(schema=SCHEMA, schema_version=SCHEMA_VERSION,
                        provenance=bench.environment(f"KV Cache Explorer live page: {plan.label}"),
-                       ceilings=ceilings, decode=d, prefill=p, memory=tuple(memory),
-                       targets=compute_targets(d, p))
+                       ceilings=ceilings, decode=d, prefill=p, memory=tuple(memory), mixed=x,
+                       targets=compute_targets(d, p, x))
 
 
 def merge_reports(reports: list[BenchReport] | tuple[BenchReport, ...]) -> BenchReport | None:
@@ -228,10 +248,11 @@ def merge_reports(reports: list[BenchReport] | tuple[BenchReport, ...]) -> Bench
     decode = tuple(r for rep in reports for r in rep.decode)
     prefill = tuple(r for rep in reports for r in rep.prefill)
     memory = tuple(m for rep in reports for m in rep.memory)
+    mixed = tuple(r for rep in reports for r in rep.mixed)
     commands = "; ".join(dict.fromkeys(rep.provenance.command for rep in reports))
     provenance: Provenance = replace(last.provenance, command=f"{len(reports)} run(s): {commands}")
-    return replace(last, provenance=provenance, decode=decode, prefill=prefill, memory=memory,
-                   targets=compute_targets(decode, prefill))
+    return replace(last, provenance=provenance, decode=decode, prefill=prefill, memory=memory, mixed=mixed,
+                   targets=compute_targets(decode, prefill, mixed))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -262,7 +283,8 @@ def default_backend() -> Backend:
 # to: the project's one tolerance table (``kernels.tolerances``), where the reasons are.
 INTERPRETER_TOLERANCE = {
     ("paged decode", dtype): tolerance("paged_decode", dtype).atol for dtype in ("fp16", "bf16", "fp8 KV (fp16 q)")
-} | {("tiled forward", dtype): tolerance("flash_forward", dtype).atol for dtype in ("fp16", "bf16")}
+} | {("tiled forward", dtype): tolerance("flash_forward", dtype).atol for dtype in ("fp16", "bf16")
+      } | {("chunked prefill", dtype): tolerance("chunked_prefill", dtype).atol for dtype in ("fp16", "bf16")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -286,11 +308,12 @@ def _compare(kernel: str, shape: str, dtype: str, got, ref, started: float) -> I
 
 
 def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
-    """Both kernels at toy sizes on CPU tensors (Triton interpreter) against the references.
+    """The kernels at toy sizes on CPU tensors (Triton interpreter) against the references.
 
     Decode: two sequences of 5 and 37 tokens (partial blocks), block 16, shuffled tables,
     unused slots poisoned with NaN, 8 query heads on 2 KV heads (GQA 4), head dim 64.
     Prefill: one sequence of 100 tokens (a masked tail), 4 query heads on 2 KV heads, causal.
+    Chunked prefill: a 20-token chunk over 25 cached tokens and two decode rows, decode's cache setup.
     A second or two in all on two CPU cores.
     """
     gen = torch.Generator().manual_seed(seed)
@@ -322,4 +345,16 @@ def interpreter_check(seed: int = 0) -> tuple[InterpreterCheck, ...]:
         got, _ = flash_attention_forward(q, k, v, causal=True)
         ref = naive_attention(q, k, v, causal=True)
         out.append(_compare("tiled forward", f"B=1 N={n} H={fq}/{fkv} d={d} causal", name, got, ref, t0))
+    q_lens, seq_lens = [20, 1, 1], [45, 5, 37]
+    mixed_label = (f"chunk of {q_lens[0]} over {seq_lens[0] - q_lens[0]} cached + decode rows over "
+                   f"{seq_lens[1:]}, H={hq}/{hkv} d={d} block {bs}, shuffled, NaN in unused slots")
+    for name, dt in (("fp16", torch.float16), ("bf16", torch.bfloat16)):
+        t0 = time.perf_counter()
+        cache = build_paged_cache(seq_lens, block_size=bs, n_kv_heads=hkv, head_dim=d, dtype=dt, shuffle=True,
+                                  generator=gen, poison_unused=True)
+        q = torch.randn(sum(q_lens), hq, d, generator=gen).to(dt)
+        plan = plan_batch(q_lens, seq_lens, n_q_heads=hq, n_kv_heads=hkv, head_dim=d, device="cpu")
+        got, _ = chunked_prefill_attention(q, cache.k_cache, cache.v_cache, cache.block_tables, plan)
+        ref, _ = varlen_attention_reference(q, cache.k_cache, cache.v_cache, cache.block_tables, q_lens, seq_lens)
+        out.append(_compare("chunked prefill", mixed_label, name, got, ref, t0))
     return tuple(out)

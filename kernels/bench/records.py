@@ -8,6 +8,8 @@ a table can be recomputed by hand:
 * decode KV bytes  = 2 (K and V) x batch x context x n_kv_heads x head_dim x bytes per value
 * decode FLOPs     = 4 x batch x n_q_heads x context x head_dim  (q.k and p.v, 2 FLOPs per MAC)
 * prefill FLOPs    = 4 x batch x n_q_heads x N^2 x head_dim, halved when causal
+* mixed-batch FLOPs = 4 x n_q_heads x head_dim x sum over sequences of the (query, key) pairs
+  each scores (``kernels.theory.varlen_flops``: a decode row seq_len, a chunk q (c + (q + 1) / 2))
 * TB/s = bytes / seconds / 1e12;  TFLOP/s = FLOPs / seconds / 1e12 (decimal units, as datasheets)
 * copy bandwidth counts bytes read plus bytes written (2 x the buffer size per copy)
 
@@ -31,17 +33,17 @@ from hardware.gpus import get_gpu
 from inputs.errors import InputError, shown
 # The formulas behind every rate live with the traffic model; imported here because the records
 # are filled with them (and re-exported for callers that read both).
-from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flops, tbps, tflops
+from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flops, tbps, tflops, varlen_flops
 from inputs.uploads import loads_json, read_path_capped, upload_bytes
 
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
-    "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "TARGET_SPECS",
+    "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "MIXED_CONTENDERS", "TARGET_SPECS",
     "LARGE_DECODE_TOKENS", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
-    "PrefillResult", "MemoryPoint", "Target", "BenchReport",
-    "decode_kv_bytes", "decode_flops", "prefill_flops", "tbps", "tflops", "copy_tbps",
-    "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file", "format_report",
+    "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "BenchReport",
+    "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
+    "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file",
 ]
 
 SCHEMA = "kv-cache-explorer.kernels.bench"
@@ -60,12 +62,19 @@ STATUSES = ("ok", "oom", "unsupported", "error", "not_available", "skipped")
 DECODE_CONTENDERS = (
     "triton_paged",  # this package's kernel, KV in the shape's dtype
     "triton_paged_fp8",  # the same kernel on the FP8 (e4m3, per-head scales) copy of the cache
+    "triton_paged_int4",  # the INT4 kernel on a 4-bit copy (fp16 scale per token and half head)
     "gather_sdpa",  # gather the pages into a contiguous tensor, then SDPA (default backend)
     "sdpa_flash", "sdpa_cudnn", "sdpa_efficient",  # SDPA on the same KV stored contiguously
     "naive",  # softmax(q k^T) v in the input dtype, KV heads expanded
 )
 PREFILL_CONTENDERS = ("triton_flash", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
 MEMORY_CONTENDERS = ("naive", "triton_flash")
+MIXED_CONTENDERS = (
+    "triton_chunked",  # the paged varlen kernel: the whole mixed batch in one launch
+    "triton_chunked_split",  # the same kernel, prefill chunks and decode rows in two launches
+    "gather_sdpa",  # gather pages into padded tensors; one SDPA call for the chunks, one for the rows
+    "triton_flash", "sdpa_cudnn",  # prefill-only batches: dense causal forward on contiguous KV
+)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,6 +186,44 @@ class PrefillResult:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MixedShape:
+    """A mixed chunked-prefill batch: per sequence its new (query) tokens and its cached tokens."""
+
+    name: str  # what the batch is, in words
+    q_lens: tuple[int, ...]  # 1 for a decode row
+    seq_lens: tuple[int, ...]  # cached tokens, the new ones included
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    block_size: int
+    dtype: str = "bf16"
+
+    @property
+    def n_decode(self) -> int:
+        return sum(1 for q in self.q_lens if q == 1)
+
+    @property
+    def prefill_only(self) -> bool:
+        """Only chunks with no cached prefix: the dense forward can run the same batch."""
+        return all(q == s and q > 1 for q, s in zip(self.q_lens, self.seq_lens))
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} H={self.n_q_heads}/{self.n_kv_heads} d={self.head_dim} block {self.block_size}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixedResult:
+    shape: MixedShape
+    flops: int  # varlen_flops of the batch, what every contender's TFLOP/s counts
+    hbm_bytes: int  # least HBM bytes (cache once, queries and outputs)
+    measurements: tuple[Measurement, ...]
+
+    def get(self, contender: str) -> Measurement | None:
+        return next((m for m in self.measurements if m.contender == contender), None)
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryPoint:
     """Peak memory and time of one contender at one N (naive against tiled)."""
 
@@ -198,6 +245,7 @@ class Target:
     required: float
     met: bool
     detail: str = ""  # which shape was worst, or why nothing was measured
+    at_most: bool = False  # met when measured <= required (costs); otherwise measured >= required
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,6 +258,8 @@ class BenchReport:
     prefill: tuple[PrefillResult, ...] = ()
     memory: tuple[MemoryPoint, ...] = ()
     targets: tuple[Target, ...] = ()
+    mixed: tuple[MixedResult, ...] = ()
+    page_sizes: tuple[DecodeResult, ...] = ()  # the bf16 kernel at each block size (page-size study)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,12 +272,13 @@ class TargetSpec:
     name: str
     required: float
     description: str
+    at_most: bool = False  # the measured figure must stay at or below `required` (a cost, not a speed)
 
 
 TARGET_SPECS = (
     TargetSpec(name="decode_large_tbps", required=4.0,
                description="paged decode bf16, TB/s of KV read, worst shape with batch x context >= 256K"),
-    TargetSpec(name="decode_large_vs_cudnn", required=0.9,
+    TargetSpec(name="decode_large_vs_cudnn", required=1.0,
                description="speed vs SDPA-CUDNN on the same KV stored contiguously, worst large shape"),
     TargetSpec(name="decode_large_vs_gather", required=3.0,
                description="speed vs gather-pages-then-SDPA, worst large shape"),
@@ -235,14 +286,27 @@ TARGET_SPECS = (
                description="speed vs SDPA-CUDNN contiguous at batch 1, context 32K (worst head config)"),
     TargetSpec(name="decode_fp8_vs_bf16", required=1.7,
                description="FP8-KV kernel tokens/s over the bf16 kernel's, worst large shape"),
+    TargetSpec(name="decode_int4_vs_bf16", required=2.8,
+               description="INT4-KV kernel tokens/s over the bf16 kernel's, worst large shape"),
+    TargetSpec(name="decode_eager_overhead_us", required=40.0, at_most=True,
+               description="eager call time minus CUDA-graph time of the bf16 kernel at batch 1, context 32K "
+                           "(worst head config), microseconds"),
     TargetSpec(name="prefill_vs_flash_causal", required=1.2,
                description="tiled forward vs SDPA-FLASH, causal, worst N >= 4K"),
     TargetSpec(name="prefill_vs_flash_noncausal", required=1.2,
                description="tiled forward vs SDPA-FLASH, non-causal, worst N >= 4K"),
-    TargetSpec(name="prefill_vs_cudnn_causal", required=0.8,
+    TargetSpec(name="prefill_vs_cudnn_causal", required=0.85,
                description="tiled forward vs SDPA-CUDNN, causal, worst N >= 4K"),
-    TargetSpec(name="prefill_vs_cudnn_noncausal", required=0.8,
+    TargetSpec(name="prefill_vs_cudnn_noncausal", required=0.85,
                description="tiled forward vs SDPA-CUDNN, non-causal, worst N >= 4K"),
+    TargetSpec(name="mixed_vs_split_launches", required=1.0,
+               description="mixed batch in one launch vs the same kernel on its chunks and its decode rows "
+                           "in two launches, worst batch holding both"),
+    TargetSpec(name="mixed_vs_gather_sdpa", required=2.0,
+               description="mixed batch vs gather-pages-then-SDPA (padded), worst batch with decode rows"),
+    TargetSpec(name="chunked_prefill_vs_dense", required=0.8,
+               description="paged varlen kernel vs the dense tiled forward on the same prefill-only batch "
+                           "(TFLOP/s of the same FLOPs), worst batch"),
 )
 
 
@@ -252,16 +316,27 @@ def _ok_ms(result: DecodeResult | PrefillResult, contender: str) -> float | None
 
 
 def _worst(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str) -> Target:
-    """Lowest measured value over the shapes; a shape with no figure makes the target unmet."""
+    """Worst measured value over the shapes (lowest speed, or highest cost for an ``at_most``
+    target); a shape with no figure makes the target unmet."""
+    common = dict(name=spec.name, required=spec.required, at_most=spec.at_most)
     if not pairs:
-        return Target(name=spec.name, measured=None, required=spec.required, met=False, detail=empty)
+        return Target(measured=None, met=False, detail=empty, **common)
     missing = [label for label, v in pairs if v is None]
     if missing:
-        return Target(name=spec.name, measured=None, required=spec.required, met=False,
-                      detail=f"not measured at {', '.join(missing)}")
+        return Target(measured=None, met=False, detail=f"not measured at {', '.join(missing)}", **common)
+    if spec.at_most:
+        label, value = max(pairs, key=lambda p: p[1])
+        return Target(measured=value, met=value <= spec.required, detail=f"worst: {label}", **common)
     label, value = min(pairs, key=lambda p: p[1])
-    return Target(name=spec.name, measured=value, required=spec.required,
-                  met=value >= spec.required, detail=f"worst: {label}")
+    return Target(measured=value, met=value >= spec.required, detail=f"worst: {label}", **common)
+
+
+def _eager_overhead_us(result: DecodeResult) -> float | None:
+    """Microseconds an eager call of the bf16 kernel costs above its CUDA-graph replay."""
+    m = result.get("triton_paged")
+    if m is None or m.status != "ok" or m.timing != "cuda_graph" or m.eager_ms is None or m.median_ms is None:
+        return None
+    return (m.eager_ms - m.median_ms) * 1e3
 
 
 def _ratio(num_ms: float | None, den_ms: float | None) -> float | None:
@@ -274,7 +349,8 @@ def _speedup(result: DecodeResult | PrefillResult, baseline: str, ours: str) -> 
     return _ratio(_ok_ms(result, baseline), _ok_ms(result, ours))
 
 
-def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResult, ...]) -> tuple[Target, ...]:
+def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResult, ...],
+                    mixed: tuple[MixedResult, ...] = ()) -> tuple[Target, ...]:
     """The benchmark's targets from the records of one run (worst shape in each range)."""
     specs = {s.name: s for s in TARGET_SPECS}
     large = [r for r in decode if r.shape.tokens >= LARGE_DECODE_TOKENS]
@@ -296,6 +372,10 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
                       specs["decode_b1_32k_vs_cudnn"], "no batch-1 context-32K decode shape in this run"))
     out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_fp8")) for r in large],
                       specs["decode_fp8_vs_bf16"], no_large))
+    out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_int4")) for r in large],
+                      specs["decode_int4_vs_bf16"], no_large))
+    out.append(_worst([(r.shape.label, _eager_overhead_us(r)) for r in b1], specs["decode_eager_overhead_us"],
+                      "no batch-1 context-32K decode shape in this run"))
     for causal in (True, False):
         rows = [r for r in prefill if r.shape.causal == causal and r.shape.seq_len >= 4096]
         kind = "causal" if causal else "noncausal"
@@ -303,6 +383,17 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
         for base in ("flash", "cudnn"):
             pairs = [(r.shape.label, _speedup(r, f"sdpa_{base}", "triton_flash")) for r in rows]
             out.append(_worst(pairs, specs[f"prefill_vs_{base}_{kind}"], empty))
+    both = [r for r in mixed if 0 < r.shape.n_decode < len(r.shape.q_lens)]
+    with_decode = [r for r in mixed if r.shape.n_decode]
+    dense = [r for r in mixed if r.shape.prefill_only]
+    out += [
+        _worst([(r.shape.label, _speedup(r, "triton_chunked_split", "triton_chunked")) for r in both],
+               specs["mixed_vs_split_launches"], "no mixed batch with both chunks and decode rows in this run"),
+        _worst([(r.shape.label, _speedup(r, "gather_sdpa", "triton_chunked")) for r in with_decode],
+               specs["mixed_vs_gather_sdpa"], "no mixed batch with decode rows in this run"),
+        _worst([(r.shape.label, _speedup(r, "triton_flash", "triton_chunked")) for r in dense],
+               specs["chunked_prefill_vs_dense"], "no prefill-only mixed batch in this run"),
+    ]
     order = [s.name for s in TARGET_SPECS]
     return tuple(sorted(out, key=lambda t: order.index(t.name)))
 
@@ -380,7 +471,8 @@ def _build(tp, value, where: str):
 
 
 def _check_semantics(report: BenchReport) -> None:
-    for kind, rows in (("decode", report.decode), ("prefill", report.prefill)):
+    for kind, rows in (("decode", report.decode), ("prefill", report.prefill), ("mixed", report.mixed),
+                       ("page_sizes", report.page_sizes)):
         for i, r in enumerate(rows):
             for j, m in enumerate(r.measurements):
                 if m.status not in STATUSES:
@@ -390,10 +482,11 @@ def _check_semantics(report: BenchReport) -> None:
     for i, p in enumerate(report.memory):
         if p.status not in STATUSES:
             raise ValueError(f"memory[{i}].status: '{p.status}' not in {STATUSES}")
+    # A file from before a target existed lacks it; an unknown or repeated target is not ours.
     names = [t.name for t in report.targets]
     expected = [s.name for s in TARGET_SPECS]
-    if sorted(names) != sorted(expected):
-        raise ValueError(f"targets must be exactly {expected}, got {names}")
+    if len(set(names)) != len(names) or not set(names) <= set(expected):
+        raise ValueError(f"targets must be distinct names from {expected}, got {names}")
 
 
 class BenchJsonError(InputError):
@@ -452,54 +545,3 @@ def _report_from_document(data: object) -> BenchReport:
     report = _build(BenchReport, data, "report")
     _check_semantics(report)
     return report
-
-
-# ----------------------------------------------------------------------------------------------
-# Readable table
-# ----------------------------------------------------------------------------------------------
-
-
-def _fmt(x: float | None, spec: str) -> str:
-    return "-" if x is None else format(x, spec)
-
-
-def _row_cells(m: Measurement) -> str:
-    if m.status != "ok":
-        return f"{m.contender:<17} {m.status:<13} {m.note[:60]}"
-    mark = "g" if m.timing == "cuda_graph" else " "
-    return (
-        f"{m.contender:<17} {_fmt(m.median_ms, '9.4f')} ms{mark} {_fmt(m.rate, '8.2f')} {m.unit:<7} "
-        f"{_fmt(None if m.share_of_measured is None else 100 * m.share_of_measured, '5.1f')}% meas "
-        f"{_fmt(None if m.share_of_datasheet is None else 100 * m.share_of_datasheet, '5.1f')}% sheet "
-        f"err {_fmt(m.max_abs_err, '.1e')}"
-    )
-
-
-def format_report(report: BenchReport) -> str:
-    """A readable multi-line table of a report (what the CLI prints without --json)."""
-    p, c = report.provenance, report.ceilings
-    lines = [
-        f"device {p.device} ({p.sm_count} SMs), driver {p.driver or '?'}, CUDA {p.cuda or '-'}, "
-        f"torch {p.torch}, triton {p.triton}, python {p.python}",
-        f"date {p.date}  command: {p.command}",
-        f"ceilings: copy {_fmt(c.copy_tbps, '.2f')} TB/s (read+write; datasheet {c.datasheet_tbps}), "
-        f"bf16 {c.matmul_n}^3 matmul {_fmt(c.matmul_tflops, '.0f')} TFLOP/s (datasheet {c.datasheet_tflops:.0f})",
-    ]
-    for r in report.decode:
-        lines.append(f"\ndecode {r.shape.label} block {r.shape.block_size} {r.shape.dtype}, "
-                     f"KV {r.kv_bytes / 1e9:.3f} GB, splits {r.num_splits}")
-        lines += ["  " + _row_cells(m) for m in r.measurements]
-    for r in report.prefill:
-        lines.append(f"\nprefill {r.shape.label} {r.shape.dtype}, {r.flops / 1e12:.2f} TFLOP")
-        lines += ["  " + _row_cells(m) for m in r.measurements]
-    if report.memory:
-        lines.append("\npeak memory above inputs (naive vs tiled)")
-        for m in report.memory:
-            peak = "-" if m.peak_bytes is None else f"{m.peak_bytes / 2**30:8.3f} GiB"
-            lines.append(f"  N={m.seq_len:<6} {m.contender:<13} {m.status:<13} {peak:>12} "
-                         f"{_fmt(m.median_ms, '9.3f')} ms {m.note[:50]}")
-    lines.append("\n(ms g: CUDA-graph replay; otherwise eager calls)\ntargets")
-    for t in report.targets:
-        mark = "MET " if t.met else "miss"
-        lines.append(f"  [{mark}] {t.name:<28} {_fmt(t.measured, '7.3f')} (need >= {t.required})  {t.detail}")
-    return "\n".join(lines)

@@ -23,9 +23,10 @@ import torch  # noqa: E402
 from kernels.bench.contenders import (  # noqa: E402
     DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs,
 )
+from kernels.bench.mixed import bench_mixed_shape, mixed_batches  # noqa: E402
 from kernels.bench.records import (  # noqa: E402
     SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement, MemoryPoint,
-    PrefillResult, PrefillShape, compute_targets,
+    MixedResult, PrefillResult, PrefillShape, compute_targets,
 )
 from kernels.bench.timing import (  # noqa: E402
     Rotation, environment, free_cuda_memory, is_oom, measure, measure_ceilings, rotations,
@@ -55,6 +56,11 @@ class SweepConfig:
     block_size: int = 16
     dtype: str = "bf16"
     decode_fp8: bool = True
+    decode_int4: bool = True
+    # Page-size study: the bf16 kernel alone at each block size, on these (batch, context) shapes.
+    page_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128, 256)
+    page_shapes: tuple[tuple[int, int], ...] = ((8, 32768), (128, 4096))
+    run_page_sizes: bool = True
     prefill_ns: tuple[int, ...] = (1024, 4096, 8192, 16384)
     prefill_heads: tuple[int, int] = (32, 32)  # query, KV heads
     prefill_tokens: int = 16384  # batch = max(1, prefill_tokens // N): same work per N
@@ -65,6 +71,9 @@ class SweepConfig:
     run_decode: bool = True
     run_prefill: bool = True
     run_memory: bool = True
+    run_mixed: bool = True  # mixed chunked-prefill batches (kernels.bench.mixed.mixed_batches)
+    mixed_heads: tuple[int, int] = (32, 8)  # query, KV heads of the mixed batches
+    mixed_quick: bool = False  # only the two smaller mixed batches
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     cuda_graphs: bool = True  # decode: time CUDA-graph replays (eager figure kept alongside)
@@ -74,7 +83,7 @@ class SweepConfig:
         """A short sweep for the app: a few decode shapes, two prefill sizes, no 32K memory point."""
         return cls(decode_batches=(1, 32), decode_contexts=(4096, 32768), b1_long_contexts=(),
                    decode_heads=((32, 8),), prefill_ns=(1024, 4096), memory_ns=(1024, 4096, 8192),
-                   rep_ms=25.0)
+                   mixed_quick=True, page_sizes=(16, 256), page_shapes=((8, 32768),), rep_ms=25.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +106,14 @@ def decode_shapes(config: SweepConfig) -> tuple[DecodeShape, ...]:
                                           head_dim=config.head_dim, block_size=config.block_size,
                                           dtype=config.dtype))
     return tuple(shapes)
+
+
+def page_size_shapes(config: SweepConfig) -> tuple[DecodeShape, ...]:
+    """The page-size study's decode shapes: each (batch, context) at each block size."""
+    hq, hkv = config.decode_heads[0]
+    return tuple(DecodeShape(batch=b, context=L, n_q_heads=hq, n_kv_heads=hkv, head_dim=config.head_dim,
+                             block_size=bs, dtype=config.dtype)
+                 for b, L in config.page_shapes for bs in config.page_sizes)
 
 
 def prefill_shapes(config: SweepConfig) -> tuple[PrefillShape, ...]:
@@ -155,6 +172,7 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     """Time every decode contender on one shape (same KV values for all of them)."""
     wanted = set(contenders) if contenders is not None else {
         "triton_paged", "gather_sdpa", *SDPA_BACKENDS, *(("triton_paged_fp8",) if config.decode_fp8 else ()),
+        *(("triton_paged_int4",) if config.decode_int4 else ()),
         *(("naive",) if config.naive else ())}
     b, L, hkv, d = shape.batch, shape.context, shape.n_kv_heads, shape.head_dim
     kv_bytes = decode_kv_bytes(b, L, hkv, d, 2)
@@ -283,7 +301,7 @@ def _memory_series(points: list[tuple[int, str]], config: SweepConfig, steps: _S
 
 def run_sweep(config: SweepConfig = SweepConfig(), *, progress: ProgressFn | None = None,
               command: str = "kernels.bench.run_sweep()") -> BenchReport:
-    """Ceilings, then every decode shape, prefill shape and memory point of ``config``.
+    """Ceilings, then every decode shape, prefill shape, mixed batch and memory point of ``config``.
 
     ``progress`` is called before each step with a ``ProgressEvent``; it may raise to cancel.
     """
@@ -292,7 +310,11 @@ def run_sweep(config: SweepConfig = SweepConfig(), *, progress: ProgressFn | Non
     dshapes = decode_shapes(config) if config.run_decode else ()
     pshapes = prefill_shapes(config) if config.run_prefill else ()
     mpoints = [(n, c) for n in config.memory_ns for c in ("naive", "triton_flash")] if config.run_memory else []
-    steps = _Steps(1 + len(dshapes) + len(pshapes) + len(mpoints), progress)
+    xshapes = mixed_batches(n_q_heads=config.mixed_heads[0], n_kv_heads=config.mixed_heads[1],
+                            head_dim=config.head_dim, block_size=config.block_size, dtype=config.dtype,
+                            quick=config.mixed_quick) if config.run_mixed else ()
+    page_points = page_size_shapes(config) if config.run_page_sizes else ()
+    steps = _Steps(1 + len(dshapes) + len(pshapes) + len(xshapes) + len(mpoints) + len(page_points), progress)
     steps.tick("ceilings: copy bandwidth and bf16 matmul")
     ceilings = measure_ceilings()
     decode: list[DecodeResult] = []
@@ -303,9 +325,19 @@ def run_sweep(config: SweepConfig = SweepConfig(), *, progress: ProgressFn | Non
     for s in pshapes:
         steps.tick(f"prefill {s.label}")
         prefill.append(bench_prefill_shape(s, ceilings, config=config))
+    mixed: list[MixedResult] = []
+    for s in xshapes:
+        steps.tick(f"mixed {s.label}")
+        mixed.append(bench_mixed_shape(s, ceilings, warmup_ms=config.warmup_ms, rep_ms=config.rep_ms,
+                                       cuda_graphs=config.cuda_graphs))
     memory = _memory_series(mpoints, config, steps)
+    page_sizes: list[DecodeResult] = []
+    for s in page_points:
+        steps.tick(f"page size {s.block_size}: decode {s.label}")
+        page_sizes.append(bench_decode_shape(s, ceilings, config=config, contenders=("triton_paged",)))
     steps.finish()
-    decode_t, prefill_t = tuple(decode), tuple(prefill)
+    decode_t, prefill_t, mixed_t = tuple(decode), tuple(prefill), tuple(mixed)
     return BenchReport(schema=SCHEMA, schema_version=SCHEMA_VERSION, provenance=environment(command),
-                       ceilings=ceilings, decode=decode_t, prefill=prefill_t, memory=memory,
-                       targets=compute_targets(decode_t, prefill_t))
+                       ceilings=ceilings, decode=decode_t, prefill=prefill_t, memory=memory, mixed=mixed_t,
+                       page_sizes=tuple(page_sizes),
+                       targets=compute_targets(decode_t, prefill_t, mixed_t))

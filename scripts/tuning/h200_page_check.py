@@ -88,7 +88,8 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=400.0, help="seconds allowed per page run")
     args = p.parse_args()
 
-    from kernels.bench.records import format_report, parse_bench_json, report_to_json
+    from kernels.bench.records import parse_bench_json, report_to_json
+    from kernels.bench.text_report import format_report
     from kernels.bench.live import merge_reports
 
     decode_q = {"kernel": "decode", "dtype": "fp8", "batch": "32", "len": "8192", "hq": "32", "hkv": "8",

@@ -66,10 +66,23 @@ def test_head_dim_128(n, causal):
     _check(q, k, v, causal=causal)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_256(causal):
+    # Gemma-2/3 heads: a 33-token tail crosses two 32-row query tiles and three 16-key steps.
+    q, k, v = _inputs(1, 2, 1, 33, 256, torch.bfloat16, seed=9)
+    _check(q, k, v, causal=causal)
+
+
+def test_maxnreg_is_checked():
+    with pytest.raises(ValueError, match="maxnreg must be in 24..255"):
+        FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, maxnreg=300)
+
+
 @pytest.mark.parametrize(
     "config",
     [
         FlashConfig(block_m=16, block_n=16, num_warps=4, num_stages=1),
+        FlashConfig(block_m=32, block_n=16, num_warps=4, num_stages=1, maxnreg=128),
         FlashConfig(block_m=64, block_n=32, num_warps=4, num_stages=2),
         FlashConfig(block_m=32, block_n=32, num_warps=4, num_stages=1),
         # TMA descriptors over the flattened [B*H*N, D] views: tail tiles read the next
@@ -129,7 +142,7 @@ def _good():
         (lambda q, k, v: (q, k.bfloat16(), v.bfloat16()), r"q, k, v must share a dtype"),
         (lambda q, k, v: (q[0], k, v), r"q must be 4-D"),
         (lambda q, k, v: (q, k, v[:, :, :4]), r"k and v must have the same shape"),
-        (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), r"head_dim must be one of \(64, 128\), got 32"),
+        (lambda q, k, v: (q[..., :32], k[..., :32], v[..., :32]), r"head_dim must be one of \(64, 128, 256\), got 32"),
         (lambda q, k, v: (q[:, :3], k, v), r"query heads \(3\) must be a multiple of KV heads \(2\)"),
         (lambda q, k, v: (q, k[:, :, :5], v[:, :, :5]), r"N_q == N_k, got q tokens 8 and k tokens 5"),
         (lambda q, k, v: (torch.cat([q, q]), k, v), r"k batch \(1\) must equal q batch \(2\)"),
@@ -188,3 +201,13 @@ def test_gpu_real_sizes(n, causal, d, dtype, variant):
 def test_gpu_gqa_ratios(group):
     q, k, v = _inputs(1, 8 * group, 8, 1027, 128, torch.bfloat16, seed=group)
     _check(q, k, v, causal=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n", [97, 4096])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_head_dim_256(n, causal, dtype):
+    q, k, v = _inputs(2, 16, 8, n, 256, dtype, seed=n)
+    _check(q, k, v, causal=causal)

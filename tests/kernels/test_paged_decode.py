@@ -2,7 +2,7 @@
 
 CPU (CI): the kernel runs under TRITON_INTERPRET=1 (set by tests/conftest.py and by
 kernels.runtime) on tiny shapes: tail lengths 1/17/97, partial last blocks, shuffled tables,
-GQA ratios 1/4/8, block sizes 1/16/32/64, NaN in every unused slot, split-KV, FP8, fp16.
+GQA ratios 1/4/8, block sizes 1 to 256, NaN in every unused slot, split-KV, FP8, fp16.
 GPU (marked ``gpu``): the same checks at real sizes; skipped only when torch.cuda is unavailable.
 """
 
@@ -77,14 +77,14 @@ def test_split_kv_matches_reference(splits):
 
 
 def test_block_size_invariance():
-    """The same logical K/V paged with block sizes 1, 16, 32, 64 gives the same output."""
+    """The same logical K/V paged with block sizes 1 to 256 gives the same output."""
     g = _gen(3)
     lens = [97, 33]
     k = torch.randn(2, 2, 97, 64, generator=g, device=DEVICE).to(torch.bfloat16)
     v = torch.randn(2, 2, 97, 64, generator=g, device=DEVICE).to(torch.bfloat16)
     q = torch.randn(2, 8, 64, generator=g, device=DEVICE).to(torch.bfloat16)
     outs = []
-    for bs in (1, 16, 32, 64):
+    for bs in (1, 8, 16, 32, 64, 128, 256):
         c = paged_from_contiguous(k, v, lens, block_size=bs, shuffle=True, generator=_gen(bs),
                                   spare_blocks=2, poison_unused=True)
         outs.append(_run(q, c, num_splits=2, config=DecodeConfig(block_n=32)).float())
@@ -268,10 +268,10 @@ def test_gpu_block_size_invariance_and_splits():
     q = torch.randn(3, 32, 128, generator=g, device=DEVICE).to(torch.bfloat16)
     lens = [3000, 1027, 97]
     outs = []
-    for bs in (16, 32, 64):
+    for bs in (1, 16, 32, 64, 256):
         c = paged_from_contiguous(k, v, lens, block_size=bs, shuffle=True, generator=_gen(bs),
                                   spare_blocks=8, poison_unused=True)
-        for splits in (1, 5):
+        for splits in (1, 5, 66):
             outs.append(_run(q, c, num_splits=splits).float())
     ref = _ref(q, c)
     for out in outs:

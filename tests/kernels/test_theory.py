@@ -103,3 +103,20 @@ def test_bad_decode_and_hardware_input():
                      hardware=H100_SXM)
     with pytest.raises(ValueError, match="> 0"):
         Hardware(name="broken", hbm_tbps=0.0, tflops=1.0)
+
+
+def test_mixed_batch_counts_by_hand():
+    from kernels.theory import mixed_contender_bytes, varlen_flops, varlen_hbm_bytes, varlen_pairs
+
+    # A decode row over 4,096 cached tokens sees all of them; a first chunk of 4 tokens scores
+    # 1 + 2 + 3 + 4 = 10 pairs; a chunk of 3 after 5 cached tokens 6 + 7 + 8 = 21.
+    assert varlen_pairs(1, 4096) == 4096
+    assert varlen_pairs(4, 4) == 10
+    assert varlen_pairs(3, 8) == 21
+    # 32 query heads, d = 128: 4 * 32 * 128 * (4096 + 10 + 21) = 67,616,768 FLOPs
+    assert varlen_flops([1, 4, 3], [4096, 4, 8], 32, 128) == 67_616_768
+    # 8 KV heads, bf16: KV 2 * 4108 * 8 * 128 * 2 = 16,826,368 B; Q + O 2 * 8 * 32 * 128 * 2 = 131,072 B
+    assert varlen_hbm_bytes([1, 4, 3], [4096, 4, 8], 32, 8, 128, 2) == 16_957_440
+    # Gather-then-SDPA also writes and re-reads the gathered KV: + 2 * 16,826,368
+    assert mixed_contender_bytes("gather_sdpa", q_lens=[1, 4, 3], seq_lens=[4096, 4, 8], n_q_heads=32,
+                                 n_kv_heads=8, head_dim=128) == 16_957_440 + 33_652_736

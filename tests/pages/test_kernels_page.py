@@ -116,7 +116,7 @@ def test_interpreter_run_at_toy_size():
     at.button(key="k_interp").click().run()
     assert not at.exception
     rows = at.dataframe[-1].value  # the correctness tab is drawn last
-    assert set(rows["kernel"]) == {"paged decode", "tiled forward"}
+    assert set(rows["kernel"]) == {"paged decode", "tiled forward", "chunked prefill"}
     assert (rows["max abs error"] <= rows["tolerance"]).all()
     assert (rows["max abs error"] > 0).all()  # a real low-precision computation, not a copy
     assert "checks within tolerance" in _texts(at.success)
@@ -250,3 +250,65 @@ def test_other_session_holding_the_gpu_is_shown():
     finally:
         release.set()
         thread.join()
+
+
+# ---------------------------------------------------------------------------------- mixed batches
+
+
+def _mixed_backend(calls: list) -> Backend:
+    """Returns the fixture plus one mixed batch with invented round figures for the chosen preset."""
+    import dataclasses
+
+    from kernels.bench.records import Measurement, MixedResult, compute_targets
+
+    def run(plan, progress):
+        calls.append(plan)
+        s = plan.mixed
+        flops, nbytes = 10**12, 4 * 10**9  # 1 TFLOP over 4 GB: 250 FLOP/B
+        ms = {"triton_chunked": 2.0, "triton_chunked_split": 2.5, "gather_sdpa": 20.0}
+        result = MixedResult(shape=s, flops=flops, hbm_bytes=nbytes, measurements=tuple(
+            Measurement(contender=c, status="ok", median_ms=t, timing="cuda_graph", unit="TFLOP/s", work=flops,
+                        rate=flops / (t * 1e-3) / 1e12, share_of_measured=None, share_of_datasheet=0.5,
+                        max_abs_err=0.01) for c, t in ms.items()))
+        base = read_bench_file(FIXTURE)
+        return dataclasses.replace(base, mixed=(result,),
+                                   targets=compute_targets(base.decode, base.prefill, (result,)))
+
+    return Backend(gpu=True, device="recorded H200 (fixture)", run=run)
+
+
+def test_mixed_kernel_without_mixed_records_says_so():
+    at = _app(CPU)
+    at.query_params["kernel"] = "mixed"
+    at.run()
+    assert not at.exception
+    assert "These results hold no chunked prefill (mixed batch) shapes." in _texts(at.info)
+
+
+def test_gpu_mode_runs_a_mixed_batch_with_theory_beside_measurement():
+    calls: list = []
+    at = _app(_mixed_backend(calls))
+    at.query_params["kernel"] = "mixed"
+    at.query_params["mix"] = "one_chunk"
+    at.run()
+    assert at.selectbox(key="kernels.batch").disabled and not at.selectbox(key="kernels.mix").disabled
+    at.button(key="k_run").click().run()
+    assert not at.exception
+    plan = calls[0]
+    assert plan.kernel == "mixed" and plan.mixed.q_lens == (2048,) + (1,) * 256
+    assert _metric(at, "Achieved TFLOP/s") == "500.00"  # 1 TFLOP in 2.0 ms
+    theory = at.dataframe[1].value  # results table, then theory beside measurement
+    quantities = " ".join(theory["quantity"])
+    assert "FLOPs of the visible (query, key) pairs" in quantities
+    assert "1.000 TFLOP / 4.000 GB (250 FLOP/B)" in " ".join(theory["model"])
+    roof = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Roofline"))
+    ours = next(t for t in roof["data"] if t["name"] == "Triton chunked prefill, one launch")
+    # x: the record's FLOPs over the least bytes of the preset's sequences, by hand: K and V
+    # 2 x (2048 + 256 x 4096) tokens x 8 heads x 128 x 2 B = 4,303,355,904 B; Q and O 2 x 2304
+    # tokens x 32 heads x 128 x 2 B = 37,748,736 B; 1e12 / 4,341,104,640 = 230.36 FLOP/B.
+    # y: 1 TFLOP in 2 ms = 500 TFLOP/s.
+    assert ours["x"][0] == pytest.approx(1e12 / 4_341_104_640)
+    assert ours["y"][0] == pytest.approx(500.0)
+    targets = {r["target"]: r for r in at.dataframe[2].value.to_dict("records")}
+    assert targets["mixed_vs_split_launches"]["measured"] == pytest.approx(1.25)
+    assert targets["mixed_vs_gather_sdpa"]["measured"] == pytest.approx(10.0)

@@ -54,3 +54,20 @@ def test_bad_arguments_are_one_line_naming_the_argument(argv, named):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"argument {named}" in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_mixed_batches_run_in_the_full_and_quick_sweeps():
+    from kernels.bench.mixed import mixed_batches
+
+    assert sweep().run_mixed and not sweep().mixed_quick
+    assert sweep("--quick").mixed_quick  # --quick keeps the two smaller batches only
+    only = sweep("--only", "mixed")
+    assert (only.run_decode, only.run_prefill, only.run_mixed, only.run_memory) == (False, False, True, False)
+    full, quick = mixed_batches(), mixed_batches(quick=True)
+    assert [s.name for s in quick] == [s.name for s in full[1:]]
+    busy, one_chunk, prefill = full
+    # 4 chunks of 512 over prefixes 0, 4K, 8K, 16K and 64 decode rows spread over 4K..32K
+    assert busy.q_lens[:4] == (512,) * 4 and busy.seq_lens[:4] == (512, 4608, 8704, 16896)
+    assert busy.n_decode == 64 and (busy.seq_lens[4], busy.seq_lens[-1]) == (4096, 32768)
+    assert one_chunk.q_lens == (2048,) + (1,) * 256 and set(one_chunk.seq_lens[1:]) == {4096}
+    assert prefill.prefill_only and not busy.prefill_only

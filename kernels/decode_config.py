@@ -1,0 +1,97 @@
+"""Launch configuration of the paged decode kernels: tile sizes, warps, stages and split count.
+
+A heuristic table instead of ``@triton.autotune`` (which needs a GPU driver to run at all, so
+the interpreter tests could not use it). Every entry is a measurement on the H200, recorded in
+``benchmarks/NOTES-decode.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from units import cdiv
+
+__all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "MAX_SPLITS", "FP8_DTYPE"]
+
+FP8_DTYPE = torch.float8_e4m3fn
+MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    """Launch parameters of the split kernel (the heuristic's choice, or an explicit override).
+
+    block_n: tokens per loop step; num_warps: warps per program; num_stages: software-pipelining
+    depth (how many K/V tiles are in flight ahead of their use).
+    """
+
+    block_n: int = 64
+    num_warps: int = 4
+    num_stages: int = 3
+    fp8_qk_dot: bool = False  # FP8 cache: q.k^T in e4m3 (query quantised per program) instead of fp16
+
+    def __post_init__(self) -> None:
+        if self.block_n < 16 or self.block_n & (self.block_n - 1):
+            raise ValueError(f"block_n must be a power of two >= 16, got {self.block_n}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
+        if self.num_stages < 1:
+            raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
+
+
+def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
+    """Heuristic table instead of ``@triton.autotune`` (which needs a GPU driver to run at all).
+
+    Measured on the H200 (benchmarks/NOTES-decode.md, rounds 1-3): for bf16 KV at d = 128,
+    64-token tiles, 4 warps, 3 stages are within 1 % of the best of 18 configurations at every
+    shape with batch x context >= 128K. FP8 KV: 128-token tiles, 2 stages and the e4m3 q.k^T dot
+    (1.38x the bf16 kernel against 1.09x for fp16 dots). The K and V tiles of one step are
+    ``2 * block_n * head_dim * bytes`` and ``num_stages`` of them sit in shared memory (228 KiB
+    per SM), so the tile shrinks for head_dim 256.
+    """
+    if head_dim >= 256:
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
+    if kv_dtype == FP8_DTYPE:
+        return DecodeConfig(block_n=128, num_warps=4, num_stages=2, fp8_qk_dot=True)
+    return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+
+
+@lru_cache(maxsize=8)
+def sm_count(device_index: int) -> int:
+    """Streaming multiprocessors of CUDA device ``device_index`` (cached: a driver query)."""
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def default_num_splits(
+    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int
+) -> int:
+    """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
+
+    About two programs are resident per SM (3 stages of 64 x 128 bf16 K and V tiles take
+    96 KiB of shared memory), so ``2 * sm_count`` programs make one wave. Measured on the H200
+    (132 SMs): two full waves are best, a partial last wave costs up to 40 %: batch 8 x 8 KV
+    heads at 32K ran 0.258 ms with 8 splits (512 programs, 1.94 waves) and 0.370 ms with 9
+    (576, 2.2 waves); batch 32 ran 0.96 ms with 2 splits and 1.12 ms with 3. So aim for
+    ``4 * sm_count`` programs, round the split count to the neighbour that wastes less of the
+    last wave, keep at least 4 tiles per split, and do not split once ``batch * n_kv_heads``
+    alone makes two waves.
+    """
+    programs = batch * n_kv_heads
+    slots = 2 * sm_count  # programs resident at once
+    target = 2 * slots  # two waves
+    if programs >= target:
+        return 1
+    ideal = target / programs
+    candidates = sorted({max(1, math.floor(ideal)), max(1, math.ceil(ideal))})
+
+    def wave_efficiency(splits: int) -> float:
+        total = programs * splits
+        return total / (cdiv(total, slots) * slots)
+
+    splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), -s))
+    tiles = cdiv(max_len, block_n)
+    return max(1, min(splits, max(1, tiles // 4), MAX_SPLITS))

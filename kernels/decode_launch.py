@@ -1,0 +1,108 @@
+"""Host-side plumbing shared by the paged decode wrappers, kept off the per-call path.
+
+An eager decode call at batch 1 does ~50 us of GPU work; the first wrapper spent ~90 us of CPU
+per call on checks, scale tensors and allocations (benchmarks/NOTES-decode.md). What depends only
+on a call's shapes, dtypes, strides and device is therefore worked out once per signature and
+cached: shape checks (:func:`checked_once`), the split plan (:func:`split_plan`) and unit FP8
+scales.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from kernels.decode_checks import check_scale
+from kernels.decode_config import FP8_DTYPE, MAX_SPLITS, default_num_splits, sm_count
+from kernels.runtime import interpreter_active
+
+__all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "fp8_scales",
+           "check_call_options", "interpreted"]
+
+# Signatures whose shape and stride checks passed (bounded: cleared when full).
+_CHECKED: set[tuple] = set()
+_MAX_CHECKED = 256
+
+
+def signature(*tensors: object) -> tuple | None:
+    """``(dtype, device, shape, strides)`` of each tensor; None when one is not a tensor."""
+    try:
+        return tuple((t.dtype, t.device, tuple(t.shape), t.stride()) for t in tensors)
+    except (AttributeError, TypeError):
+        return None
+
+
+def checked_once(key: tuple | None, check: Callable[[], None]) -> None:
+    """Run ``check`` (which raises ValueError) unless a call with signature ``key`` passed it."""
+    if key is not None and key in _CHECKED:
+        return
+    check()
+    if key is not None:
+        if len(_CHECKED) >= _MAX_CHECKED:
+            _CHECKED.clear()
+        _CHECKED.add(key)
+
+
+def interpreted(device: torch.device) -> bool:
+    """True when the kernels run under the Triton interpreter (dots in fp32 there)."""
+    return interpreter_active() or device.type != "cuda"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitPlan:
+    """How one call cuts its sequences: grid ``(n_kv_heads, batch, num_splits)``."""
+
+    grid: tuple[int, int, int]
+    num_splits: int
+
+    @property
+    def split(self) -> bool:
+        return self.num_splits > 1
+
+
+@lru_cache(maxsize=256)
+def split_plan(batch: int, n_kv_heads: int, max_len: int, device: torch.device, num_splits: int | None,
+               block_n: int) -> SplitPlan:
+    """The split count (``default_num_splits`` unless given) and grid for a call."""
+    if num_splits is None:
+        sms = sm_count(device.index or 0) if device.type == "cuda" else 4
+        num_splits = default_num_splits(batch, n_kv_heads, max_len, block_n, sms)
+    return SplitPlan(grid=(n_kv_heads, batch, num_splits), num_splits=num_splits)
+
+
+def check_call_options(sm_scale, num_splits, head_dim: int) -> float:
+    """``sm_scale`` (default ``1 / sqrt(head_dim)``) after checking it and ``num_splits``."""
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int)
+                                   or not 1 <= num_splits <= MAX_SPLITS):
+        raise ValueError(f"num_splits must be an int in 1..{MAX_SPLITS}, got {num_splits!r}")
+    if sm_scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    if isinstance(sm_scale, bool) or not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) \
+            or sm_scale <= 0:
+        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
+    return float(sm_scale)
+
+
+@lru_cache(maxsize=8)
+def _unit_scales(device: torch.device, n_kv_heads: int) -> torch.Tensor:
+    return torch.ones(n_kv_heads, dtype=torch.float32, device=device)
+
+
+def fp8_scales(name: str, scale, kv_dtype: torch.dtype, n_kv_heads: int, device: torch.device):
+    """A ``[n_kv_heads]`` fp32 scale tensor (None for non-FP8 caches without one).
+
+    The common cases (no scale; already a per-head fp32 tensor) allocate nothing.
+    """
+    if kv_dtype != FP8_DTYPE and scale is None:
+        return None
+    if scale is None:
+        return _unit_scales(device, n_kv_heads)
+    if (kv_dtype == FP8_DTYPE and isinstance(scale, torch.Tensor) and scale.dtype == torch.float32
+            and scale.dim() == 1 and scale.shape[0] == n_kv_heads and scale.stride(0) == 1
+            and scale.device == device):
+        return scale
+    return check_scale(name, scale, kv_dtype, n_kv_heads, device)
