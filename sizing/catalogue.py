@@ -30,9 +30,10 @@ _HF = "https://huggingface.co"
 class CatalogueEntry:
     """One published model: its config as shipped, published parameter count, and sources.
 
-    ``complete`` is True when the file is the whole published config.json; otherwise it holds
-    the published sizing keys, values unchanged. ``copied_from`` names the mirror copied from
-    when not the Hub itself.
+    ``complete`` is True when the file is the whole published config.json as its mirror holds it.
+    ``verified`` is True when every key in the file was copied from a cited copy of the published
+    config (``copied_from`` names the mirror and commit); False marks sizing keys that no stored
+    copy could confirm, which pages and the CLI caption as unverified.
     """
 
     id: str  # CLI / URL id, e.g. "llama-3.1-70b"
@@ -42,6 +43,7 @@ class CatalogueEntry:
     params: int  # published total parameter count
     params_source: str
     complete: bool
+    verified: bool
     copied_from: str
     active_params: int | None = None
     safetensors_bytes: int | None = None  # the Hub index's metadata.total_size, when recorded
@@ -76,7 +78,8 @@ class CatalogueEntry:
 
 
 def _entry(record: Mapping[str, Any]) -> CatalogueEntry:
-    fields = {k: record[k] for k in ("id", "name", "repo", "file", "params", "params_source", "complete", "copied_from")}
+    fields = {k: record[k] for k in ("id", "name", "repo", "file", "params", "params_source", "complete", "verified",
+                                     "copied_from")}
     return CatalogueEntry(**fields, active_params=record.get("active_params"),
                           safetensors_bytes=record.get("safetensors_bytes"), note=record.get("note", ""))
 
@@ -141,6 +144,7 @@ def catalogue_records() -> list[dict[str, Any]]:
     return [
         {"id": e.id, "name": e.name, "repo": e.repo, "source": e.source, "params": e.params,
          "params_source": e.params_source, "active_params": e.active_params, "complete_config": e.complete,
+         "verified": e.verified,
          "layout": e.shape.layout, "attention": str(e.shape.attention), "note": e.note}
         for e in catalogue()
     ]
