@@ -40,7 +40,10 @@ _UNGATED_MODEL_TYPES = frozenset({"gpt2", "gpt_neox", "gptj", "opt", "bloom", "f
 _QKV_BIAS_MODEL_TYPES = frozenset({"qwen2", "qwen2_moe"})
 # Keys some published configs leave to the model class's defaults: Gemma-3's text_config omits
 # the vocabulary (and the 4B its head counts), relying on transformers' Gemma3TextConfig.
+# Llama 4's configs omit tie_word_embeddings; transformers' Llama4Config defaults it to False.
 _CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama4": {"tie_word_embeddings": False},
+    "llama4_text": {"tie_word_embeddings": False},
     "gemma3_text": {"vocab_size": 262_208, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
                     "sliding_window": 4096, "sliding_window_pattern": 6},
 }
@@ -87,7 +90,7 @@ def load_config(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
         except UnicodeDecodeError as exc:
             raise ConfigError("config", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         try:
-            config = json.loads(text, parse_constant=_reject_constant)
+            config = json.loads(text, parse_constant=_non_finite)
         except ConfigError:
             raise
         except json.JSONDecodeError as exc:
@@ -105,8 +108,11 @@ def load_config(data: bytes | str | Mapping[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _reject_constant(name: str) -> Any:
-    raise ConfigError("config", f"{name} is not a number JSON allows")
+def _non_finite(name: str) -> float:
+    """``Infinity``/``-Infinity``/``NaN`` as floats: published configs carry them in keys the sizer
+    never reads (Nemotron-H's ``"time_step_limit": [0.0, Infinity]``); every key it does read is
+    checked to be a finite integer, so they cannot reach a size."""
+    return float(name.replace("Infinity", "inf"))
 
 
 # ---- the shape -----------------------------------------------------------------------------

@@ -229,3 +229,13 @@ def test_sizing_errors_are_input_errors():
     with pytest.raises(SizingError) as info:  # the catalogue's error, re-raised as the sizer's
         size_deployment(SizingRequest(gpu="tpu-v9"))
     assert info.value.field == "gpu"
+
+
+def test_non_finite_constants_in_unread_keys_are_accepted_but_never_sized():
+    # Nemotron-H's published config.json carries "time_step_limit": [0.0, Infinity].
+    base = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+            "num_hidden_layers": 2, "num_key_value_heads": 2, "vocab_size": 1000}
+    text = json.dumps(base)[:-1] + ', "time_step_limit": [0.0, Infinity]}'
+    assert parse_hf_config(text).layers == 2
+    with pytest.raises(SizingError, match="num_hidden_layers"):
+        parse_hf_config(json.dumps(base).replace('"num_hidden_layers": 2', '"num_hidden_layers": Infinity'))
