@@ -86,8 +86,9 @@ def _engine_cases():
 
 
 def time_engine(request, repeat: int) -> float:
-    """Median milliseconds of one engine-mode rerun: the sizer's report plus :func:`plan_engine`."""
-    from sizing.engine.capacity import plan_engine
+    """Median milliseconds of one engine-mode rerun: the sizer's report, :func:`plan_engine` and
+    the recommended deployment over every TP (:func:`sizing.engine.cli.run_engine`)."""
+    from sizing.engine.cli import run_engine
     from sizing.report import SizingRequest, size_deployment
 
     sizing = SizingRequest(model=request.model, gpu=request.gpu, tp=request.tp, n_gpus=request.tp,
@@ -95,7 +96,7 @@ def time_engine(request, repeat: int) -> float:
 
     def rerun():
         size_deployment(sizing)
-        return plan_engine(request)
+        return run_engine(request)
 
     rerun()
     samples = []

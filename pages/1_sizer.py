@@ -8,28 +8,28 @@ on screen, so a typo never blanks the page.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import streamlit as st
 
 from hardware.gpus import CUSTOM_BANDWIDTH_TBS, CUSTOM_MEMORY_GB, DEFAULT_GPU, GPU, GPU_IDS, custom_gpu, get_gpu
 from inputs.errors import InputError
-from inputs.uploads import upload_bytes
 from sizing import fields as F
-from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.models import ModelShape
-from sizing.precisions import PRECISION_NAMES, get_precision
-from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
+from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES, get_precision
+from sizing.presets import DEFAULT_PRESET
 from sizing.report import SizingReport, SizingRequest, size_deployment
+from sizing.weights import AUTO
 from ui.engine_view import ENGINE_FIELDS, engine_controls, render_engine
 from ui.handoff import publish
+from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
 from ui.sizer_view import render_report
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 from units import UnitSystem
 
-MODEL_SOURCES = ("Preset", "Manual", "config.json")
+WEIGHT_CHOICES = (*WEIGHT_FORMAT_NAMES, AUTO)  # auto: the model's own format (and the Hub's safetensors total)
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)
 BLOCK_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 GROUP_CHOICES = (32, 64, 128, 256)
@@ -38,16 +38,9 @@ GPU_CHOICES = (*GPU_IDS, "custom")
 LAST_VALID = "sizer.last_valid_request"  # the request behind the results on screen
 
 FIELDS = (
-    ChoiceField("src", "model_source", "Preset", MODEL_SOURCES),
-    ChoiceField("model", "preset", DEFAULT_PRESET, PRESET_IDS),
-    NumberField("layers", "layers", 80, F.LAYERS),
-    NumberField("hd", "head_dim", 128, F.HEAD_DIM),
-    NumberField("qh", "q_heads", 64, F.Q_HEADS),
-    NumberField("kvh", "kv_heads", 8, F.KV_HEADS),
-    NumberField("pb", "params_b", 70.6, F.PARAMS_BILLIONS),
-    NumberField("win", "window", 0, F.SLIDING_WINDOW),
+    *MODEL_FIELDS,
     ChoiceField("kv", "kv_dtype", "bf16", PRECISION_NAMES),
-    ChoiceField("w", "weight_dtype", "fp8", PRECISION_NAMES),
+    ChoiceField("w", "weight_dtype", "fp8", WEIGHT_CHOICES),
     FlagField("scales", "scales", True),
     ChoiceField("group", "group", 128, GROUP_CHOICES),
     NumberField("ctx", "context", 32_768, F.CONTEXT),
@@ -70,19 +63,12 @@ def cached_report(request: SizingRequest) -> SizingReport:
     return size_deployment(request)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def cached_config_shape(data: bytes, params: int | None) -> ModelShape:
-    return parse_hf_config(data, params=params)
-
-
-def show_error(slot: Any, exc: InputError) -> None:
-    slot.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
-
-
-def build_request(model: ModelShape | str, gpu: GPU | str, v: Mapping[str, Any]) -> SizingRequest:
+def build_request(model: ModelShape | str, gpu: GPU | str, v: Mapping[str, Any],
+                  source: str | None = None) -> SizingRequest:
     """The library's request from the controls' values ``v``; numbers checked against their bounds."""
     group = v["group"] if v["scales"] else None
     return SizingRequest(
+        model_source=source,
         model=model, kv_dtype=v["kv_dtype"], weight_dtype=v["weight_dtype"],
         kv_group_size=group, weight_group_size=group,
         context=F.CONTEXT.check(v["context"]), users=F.USERS.check(v["users"]), gpu=gpu,
@@ -96,62 +82,14 @@ def last_valid() -> SizingRequest:
     return st.session_state.get(LAST_VALID) or build_request(DEFAULT_PRESET, DEFAULT_GPU, DEFAULTS)
 
 
-def manual_model(key: Callable[[str], str]) -> ModelShape:
-    c1, c2 = st.columns(2)
-    c1.number_input("Layers", step=1, key=key("layers"))
-    c2.number_input("Head dim", step=1, key=key("head_dim"))
-    c1.number_input("Query heads", step=1, key=key("q_heads"))
-    c2.number_input("KV heads", step=1, key=key("kv_heads"))
-    c1.number_input("Parameters (billions)", step=0.1, key=key("params_b"), format="%.2f")
-    c2.number_input("Sliding window (0 = none)", step=1, key=key("window"), help="Applied to every layer when set.")
-    s = st.session_state
-    return F.manual_shape(layers=s[key("layers")], q_heads=s[key("q_heads")], kv_heads=s[key("kv_heads")],
-                          head_dim=s[key("head_dim")], params_billions=s[key("params_b")], window=s[key("window")])
-
-
-def config_model(key: Callable[[str], str]) -> ModelShape | None:
-    """The uploaded or pasted config's shape; None while there is neither."""
-    uploaded = st.file_uploader("config.json", type=["json"], key=key("config_upload"))
-    pasted = st.text_area("…or paste it", key=key("config_text"), height=120,
-                          placeholder='{"num_hidden_layers": 32, "num_attention_heads": 32, ...}')
-    params_b = st.number_input("Parameters (billions, 0 = estimate from the config)", min_value=0.0,
-                               value=0.0, step=0.1, key=key("config_params_b"))
-    # Uploaded content is only ever bytes, refused over the parser's cap before it is parsed.
-    data = upload_bytes(uploaded.getvalue(), MAX_CONFIG_BYTES, field="config.json") if uploaded else pasted.encode()
-    if not data.strip():
-        st.info("Upload or paste a Hugging Face config.json; until then the last valid model is used.",
-                icon=":material/info:")
-        return None
-    return cached_config_shape(data, F.config_params(params_b))
-
-
-def model_controls(state: PageState) -> tuple[ModelShape | str, bool]:
-    """The model the controls describe, and whether it is valid (else the last valid one)."""
-    st.subheader("Model")
-    source = st.radio("Model source", MODEL_SOURCES, horizontal=True, key=state.key("model_source"))
-    try:
-        if source == "Preset":
-            preset_id = st.selectbox("Preset", PRESET_IDS, key=state.key("preset"),
-                                     format_func=lambda pid: get_preset(pid).name)
-            preset = get_preset(preset_id)
-            st.caption(f"[config.json]({preset.source}) · {preset.params_billions:,.1f} B params "
-                       f"({preset.params_source}) {preset.note}")
-            return preset_id, True
-        model = manual_model(state.key) if source == "Manual" else config_model(state.key)
-        if model is not None:
-            return model, True
-    except InputError as exc:
-        show_error(st, exc)
-    return last_valid().model, False
-
-
 def precision_controls(state: PageState) -> None:
     st.subheader("Precision")
     c1, c2 = st.columns(2)
     c1.selectbox("KV precision", PRECISION_NAMES, key=state.key("kv_dtype"),
                  format_func=lambda n: get_precision(n).label)
-    c2.selectbox("Weight precision", PRECISION_NAMES, key=state.key("weight_dtype"),
-                 format_func=lambda n: get_precision(n).label)
+    c2.selectbox("Weight precision", WEIGHT_CHOICES, key=state.key("weight_dtype"),
+                 format_func=lambda n: "The model's own" if n == AUTO else get_precision(n, field="weight_dtype").label,
+                 help="The model's own: its quantization_config's format, and a Hub model's safetensors total.")
     st.toggle("Count scale bytes for int8/4-bit/2-bit (one FP16 scale per group)", key=state.key("scales"))
     st.select_slider("Scale group size (values)", GROUP_CHOICES, key=state.key("group"),
                      disabled=not state.value("scales"))
@@ -220,7 +158,7 @@ for notice in state.notices:
 controls, results = st.columns([1, 2.3], gap="large")
 
 with controls:
-    model, model_ok = model_controls(state)
+    choice = model_controls(state, model_name(last_valid().model))
     precision_controls(state)
     workload_slot = workload_controls(state)
     gpu, hardware_slot = hardware_controls(state)
@@ -231,9 +169,9 @@ state.sync()
 slots = {"context": workload_slot, "users": workload_slot}
 values = {field.key: state.value(field.key) for field in FIELDS}
 request: SizingRequest | None = None
-if model_ok and gpu is not None:
+if choice.model is not None and gpu is not None:
     try:
-        request = build_request(model, gpu, values)
+        request = build_request(choice.model, gpu, values, choice.source)
         report = cached_report(request)
     except InputError as exc:
         show_error(slots.get(exc.field, hardware_slot), exc)

@@ -251,6 +251,11 @@ class CapacityPlan:
         replicas = self.replicas_needed
         return None if replicas is None else replicas * self.model.tp
 
+    def replicas_for(self, users: int) -> int | None:
+        """Paged replicas that hold ``users`` concurrent sequences (None: one holds none)."""
+        check_non_negative("users", users)
+        return math.ceil(users / self.paged.batch) if self.paged.batch > 0 else None
+
     def paper_check(self) -> str:
         """The PagedAttention paper's "2–4× throughput", checked against these numbers, in words."""
         gain = self.paged_gain
@@ -358,7 +363,8 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
                   usable_fraction: float = DEFAULT_USABLE_FRACTION, prompt_tokens: float | None = None,
                   tpot_target_s: float | None = None, ttft_target_s: float | None = None,
                   arrival_rate_per_s: float | None = None,
-                  mean_output_tokens: float | None = None) -> CapacityPlan:
+                  mean_output_tokens: float | None = None,
+                  kv_budget_bytes: float | None = None) -> CapacityPlan:
     """Contiguous and paged operating points, the throughput curve and the limits that bind.
 
     Parameters
@@ -371,11 +377,17 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
     tpot_target_s, ttft_target_s : latency targets (seconds), or None for none.
     arrival_rate_per_s, mean_output_tokens : traffic, for the concurrency it needs (Little's law:
         concurrency = rate × (TTFT + output tokens × TPOT)).
+    kv_budget_bytes : the KV budget of one GPU when known from the engine (vLLM's "Available KV
+        cache memory"); default: usable fraction × memory − weights per GPU.
     """
     if tpot_target_s is not None and not (tpot_target_s > 0 and math.isfinite(tpot_target_s)):
         raise ValueError(f"tpot_target_s must be a positive number, got {tpot_target_s!r}")
     check_non_negative("context", context)
-    budget = kv_budget_bytes_per_gpu(model, gpu, usable_fraction)
+    if kv_budget_bytes is None:
+        budget = kv_budget_bytes_per_gpu(model, gpu, usable_fraction)
+    else:
+        check_non_negative("kv_budget_bytes", kv_budget_bytes)
+        budget = float(kv_budget_bytes)
     latency_batch = (None if tpot_target_s is None else
                      largest_batch_within_tpot(model, gpu, estimate, context=context,
                                                tpot_s=tpot_target_s))

@@ -197,6 +197,9 @@ class PlanRequest:
     tpot_target_s: float | None = None
     ttft_target_s: float | None = None
     arrival_rate_per_s: float | None = None
+    # The engine's KV budget of one GPU (vLLM's "Available KV cache memory", bytes); replaces
+    # usable fraction × memory − weights, so the plan and the engine's sizing share one budget.
+    kv_budget_bytes_per_gpu: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -250,7 +253,8 @@ def run_plan(request: PlanRequest, *, measured: BenchReport | None = None,
         **kwargs)
     if request.efficiency is not None:
         estimate = estimate.with_bandwidth_efficiency(request.efficiency)
-    budget = kv_budget_bytes_per_gpu(cost, gpu, request.usable_fraction)
+    budget = (kv_budget_bytes_per_gpu(cost, gpu, request.usable_fraction)
+              if request.kv_budget_bytes_per_gpu is None else float(request.kv_budget_bytes_per_gpu))
     fits = allocator_fits(workload, budget_bytes=budget,
                           kv_bytes_per_token_per_gpu=cost.kv_bytes_per_token_per_gpu,
                           max_context=request.max_context, block_size=request.block_size,
@@ -261,7 +265,8 @@ def run_plan(request: PlanRequest, *, measured: BenchReport | None = None,
                          tpot_target_s=request.tpot_target_s,
                          ttft_target_s=request.ttft_target_s,
                          arrival_rate_per_s=request.arrival_rate_per_s,
-                         mean_output_tokens=fits.mean_output_tokens)
+                         mean_output_tokens=fits.mean_output_tokens,
+                         kv_budget_bytes=request.kv_budget_bytes_per_gpu)
     return PlanOutcome(plan=plan, fits=fits, estimate=estimate, source_notes=tuple(notes),
                        traffic_label=workload.source)
 

@@ -1,7 +1,9 @@
 """``python -m sizing``: the sizer from the command line (JSON with ``--json``, else a table).
 
-Options: ``--model NAME`` | ``--config PATH`` | ``--layers N --q-heads N --kv-heads N
---head-dim N --params N``; ``--kv-dtype``, ``--weight-dtype``, ``--context``, ``--users``,
+Options: ``--model NAME`` | ``--model-id ORG/NAME`` (catalogue, else the Hub) | ``--config PATH`` |
+``--layers N --q-heads N --kv-heads N --head-dim N --params N`` with ``--layout "18 full + 18
+sliding(128)"`` (and ``--kv-lora-rank``, ``--qk-rope-head-dim``, ``--state`` for MLA and recurrent
+layers); ``--kv-dtype``, ``--weight-dtype``, ``--context``, ``--users``,
 ``--gpu``, ``--usable``, ``--tp``, ``--block-size``, ``--kv-budget-gib``. Bad arguments exit
 with status 2 and one line naming the argument: no traceback, no usage block.
 
@@ -36,14 +38,22 @@ from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
-from sizing.engine.capacity import plan_engine
-from sizing.engine.cli import ENGINE_OPTION_FOR_FIELD, add_engine_arguments, engine_request_from_args, format_engine
+from sizing.engine.cli import (
+    ENGINE_OPTION_FOR_FIELD,
+    add_engine_arguments,
+    engine_request_from_args,
+    format_engine,
+    run_engine,
+)
 from sizing.errors import ConfigError
 from sizing.hf_config import MAX_CONFIG_BYTES, parse_hf_config
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
 from sizing.models import ModelShape
 from sizing.precisions import DEFAULT_GROUP_SIZE, PRECISION_NAMES, WEIGHT_FORMAT_NAMES, Precision, get_precision
 from sizing.catalogue import catalogue_records, find_entry, get_entry, search_catalogue
+from sizing.hub import HubModel, check_repo_id, resolve_model_id
+from sizing.layers import LayerKind
+from sizing.layout_spec import KV_LORA_RANK, QK_ROPE_HEAD_DIM, layout_shape, parse_layout, parse_state, parse_terms
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset, presets
 from sizing.weights import AUTO, resolve_weight_precision
 from sizing.report import SizingReport, SizingRequest, size_deployment
@@ -72,7 +82,8 @@ KV_BUDGET_GIB = Bound(field="kv_budget_gib", low=0, high=1_000_000, unit="GiB")
 # Library field -> the option that sets it, so errors raised deep in the library still name
 # what the user typed.
 _OPTION_FOR_FIELD = {
-    "model": "--model", "config": "--config", "model_source": "--model-id", "layers": "--layers", "q_heads": "--q-heads",
+    "model": "--model", "config": "--config", "model_id": "--model-id", "model_source": "--model-id",
+    "layers": "--layers", "q_heads": "--q-heads",
     "kv_heads": "--kv-heads", "head_dim": "--head-dim", "params": "--params",
     "kv_dtype": "--kv-dtype", "weight_dtype": "--weight-dtype",
     "kv_dtype_group_size": "--kv-group-size", "weight_dtype_group_size": "--weight-group-size",
@@ -133,8 +144,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--config", type=Path, metavar="PATH",
                         help=f"a Hugging Face config.json (at most {MAX_CONFIG_BYTES:,} bytes)")
     source.add_argument("--model-id", type=_model_id, metavar="ORG/NAME",
-                        help="a catalogue id or Hugging Face repo id (e.g. Qwen/Qwen3-32B); "
-                             "see `python -m sizing models`")
+                        help="a catalogue id or Hugging Face repo id (e.g. Qwen/Qwen3-32B): from the "
+                             "catalogue when it ships it (see `python -m sizing models`), else from the Hub "
+                             "(HF_TOKEN for gated repos, HF_ENDPOINT for a mirror)")
     group.add_argument("--layers", type=arg_type(LAYERS), metavar="N", help=_help("transformer layers", LAYERS))
     group.add_argument("--q-heads", type=arg_type(Q_HEADS), metavar="N", help=_help("query (attention) heads", Q_HEADS))
     group.add_argument("--kv-heads", type=arg_type(KV_HEADS), metavar="N",
@@ -142,6 +154,17 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--head-dim", type=arg_type(HEAD_DIM), metavar="N", help=_help("values per head", HEAD_DIM))
     group.add_argument("--params", type=_param_count, metavar="N",
                        help=_help("parameters, e.g. 70e9 or 70B", PARAMS))
+    group.add_argument("--layout", metavar="TEXT",
+                       help='layer kinds: "18 full + 18 sliding(128)" (in order) or "5 sliding(1024) : 1 full" '
+                            "(a period repeated over --layers); kinds full, sliding(W), chunked(C), mla, mamba, "
+                            "linear, mlp. Also overrides a preset's or config's layers")
+    group.add_argument("--kv-lora-rank", type=arg_type(KV_LORA_RANK), metavar="N",
+                       help=_help("MLA latent width, for mla layers", KV_LORA_RANK))
+    group.add_argument("--qk-rope-head-dim", type=arg_type(QK_ROPE_HEAD_DIM), metavar="N",
+                       help=_help("MLA decoupled RoPE key cached beside the latent (default 0)", QK_ROPE_HEAD_DIM))
+    group.add_argument("--state", metavar="SIZES",
+                       help='state of each mamba / linear layer: "kernel=4 channels=8192 heads=128 per_head=8192" '
+                            "(plus groups=N group_channels=N for Mamba2 B/C groups, dtype=bf16|fp16|fp32)")
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,32 +243,102 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- parsed options -> library objects -------------------------------------------------------
+def hub_model_from_args(args: argparse.Namespace) -> HubModel | None:
+    """The model ``--model-id`` names (catalogue first, else the Hub); None without one.
+
+    Kept on ``args`` once resolved, so that the options read twice (auto weights, then the
+    request) ask the Hub once per run.
+    """
+    model_id = getattr(args, "model_id", None)
+    if model_id is None:
+        return None
+    resolved = vars(args).get("_resolved_model_id")
+    if resolved is None or resolved[0] != model_id:
+        resolved = (model_id, resolve_model_id(model_id))
+        vars(args)["_resolved_model_id"] = resolved
+    return resolved[1]
+
+
 def model_from_args(args: argparse.Namespace) -> ModelShape:
-    """The model the options describe: a preset, a config.json (read with a size cap) or a
-    manual shape; manual options given with a preset or config override its fields."""
+    """The model the options describe: a preset, a catalogue or Hub id, a config.json (read
+    with a size cap) or a manual shape; manual options (and ``--layout``) given with one of
+    the others override its fields."""
     manual = {name: getattr(args, name) for name in _MANUAL_OPTIONS if getattr(args, name) is not None}
+    layout = getattr(args, "layout", None)
+    _check_layout_options(args)
     if getattr(args, "model_id", None) is not None:
-        base = get_preset(args.model_id).shape
+        base = hub_model_from_args(args).shape
     elif args.config is not None:
         data = read_path_capped(str(args.config), MAX_CONFIG_BYTES, field="config")
         try:
             base = parse_hf_config(data, name=args.config.stem if args.config.name != "config.json" else None)
         except ConfigError as exc:
             raise UsageError(f"argument --config: {exc}") from None
-    elif args.model is not None or not manual:
+    elif args.model is not None or not (manual or layout):
         base = get_preset(args.model or DEFAULT_PRESET).shape
+    elif layout is not None:
+        return _layout_model(args, manual, None)
     else:
         missing = [name for name in _MANUAL_OPTIONS if name not in manual]
         if missing:
             raise UsageError(f"argument --{missing[0].replace('_', '-')}: required for a manual shape "
                              f"(or give --model / --config)")
         return ModelShape(name="custom", **manual)
+    if layout is not None:
+        return _layout_model(args, manual, base)
     if not manual:
         return base
     # Manual options override the preset or config (e.g. --model llama-3.1-70b --kv-heads 64).
     if base.kv_lora_rank and {"kv_heads", "head_dim"} & manual.keys():
         manual = {**manual, "kv_lora_rank": 0, "qk_rope_head_dim": 0}
     return replace(base, name=f"{base.name} (edited)", **manual)
+
+
+def _check_layout_options(args: argparse.Namespace) -> None:
+    """The latent and state options size layers of a ``--layout``; alone they would be ignored."""
+    layout = getattr(args, "layout", None)
+    for name in ("kv_lora_rank", "qk_rope_head_dim", "state"):
+        if getattr(args, name, None) is None:
+            continue
+        option = f"--{name.replace('_', '-')}"
+        if layout is None:
+            raise UsageError(f"argument {option}: sizes the layers of --layout; give --layout too")
+        terms, _ = parse_terms(layout)
+        kinds = {term.kind for term in terms}
+        wanted = {LayerKind.MAMBA, LayerKind.LINEAR} if name == "state" else {LayerKind.MLA}
+        if not kinds & wanted:
+            raise UsageError(f"argument {option}: --layout has no {' or '.join(sorted(wanted))} layers to size")
+
+
+def _layout_model(args: argparse.Namespace, manual: dict[str, int], base: ModelShape | None) -> ModelShape:
+    """A shape with ``--layout``'s layers: a manual one, or ``base`` with its layers replaced
+    (its heads, latent and state kept unless given)."""
+    layers = manual.get("layers", base.layers if base is not None else None)
+    layout = parse_layout(args.layout, layers=layers)
+    kind = layout.state_kind
+    if args.state is not None and kind is not None:
+        state = parse_state(args.state, kind)
+    else:
+        state = base.state if base is not None and base.state is not None and base.state.kind is kind else None
+    if base is None:
+        q_heads = manual.get("q_heads")
+        kv_heads = manual.get("kv_heads", q_heads if layout.has_mla else None)
+        shape = {"q_heads": q_heads, "kv_heads": kv_heads, "head_dim": manual.get("head_dim"),
+                 "params": manual.get("params")}
+        missing = [name for name, value in shape.items() if value is None]
+        if missing:
+            raise UsageError(f"argument --{missing[0].replace('_', '-')}: required with --layout "
+                             "(or give --model / --model-id / --config)")
+        name = "custom"
+    else:
+        shape = {"q_heads": base.q_heads, "kv_heads": base.kv_heads, "head_dim": base.head_dim, "params": base.params,
+                 **{k: v for k, v in manual.items() if k != "layers"}}
+        name = f"{base.name} (edited)"
+    lora = args.kv_lora_rank if args.kv_lora_rank is not None else (base.kv_lora_rank if base else None)
+    rope = args.qk_rope_head_dim if args.qk_rope_head_dim is not None else (base.qk_rope_head_dim if base else 0)
+    if layout.has_mla and not lora:
+        raise UsageError("argument --kv-lora-rank: required for mla layers (the latent width)")
+    return layout_shape(layout, **shape, kv_lora_rank=lora or 0, qk_rope_head_dim=rope, state=state, name=name)
 
 
 def precisions_from_args(args: argparse.Namespace) -> tuple[Precision, Precision]:
@@ -293,23 +386,30 @@ def request_from_args(args: argparse.Namespace) -> SizingRequest:
 
 
 def _model_source(args: argparse.Namespace) -> str:
-    """Where the model came from: the catalogue (an id), a config.json, or a manual shape."""
-    if getattr(args, "model_id", None) is not None or args.model is not None:
+    """Where the model came from: the catalogue (an id), the Hub, a config.json, or a manual shape."""
+    hub = hub_model_from_args(args)
+    if hub is not None:
+        return hub.source
+    if args.model is not None:
         return "catalogue"
     if args.config is not None:
         return "config"
-    return "manual" if any(getattr(args, name) is not None for name in _MANUAL_OPTIONS) else "catalogue"
+    manual = any(getattr(args, name) is not None for name in _MANUAL_OPTIONS)
+    return "manual" if manual or getattr(args, "layout", None) is not None else "catalogue"
 
 
 def _model_id(text: str) -> str:
-    """A catalogue id or Hub repo id in the catalogue; anything else is refused before any use."""
+    """A catalogue id (as the catalogue spells it) or a well-formed Hub repo id; anything else
+    (a URL, a path, an unknown bare name) is refused before any request."""
     entry = find_entry(text)
-    if entry is None:
-        try:
-            get_entry(text)
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(exc.message) from None
-    return entry.id
+    if entry is not None:
+        return entry.id if "/" not in text else entry.repo
+    try:
+        if "/" not in text:
+            get_entry(text)  # raises, naming near matches in the catalogue
+        return check_repo_id(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def models_main(argv: Sequence[str]) -> int:
@@ -376,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report = size_deployment(request)
         engine = None
         if args.engine:
-            engine = plan_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes))
+            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes))
         if args.json:
             print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {})}, indent=2))
         else:

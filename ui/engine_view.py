@@ -17,6 +17,7 @@ from inputs.bounds import Bound
 from inputs.errors import InputError
 from inputs.uploads import upload_bytes
 from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
+from sizing.engine.deployment import EngineDeployment, recommend_deployment
 from sizing.engine.explain import explain_log
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
@@ -45,6 +46,11 @@ LAST_ENGINE = "sizer.last_valid_engine_request"
 @st.cache_data(show_spinner=False, max_entries=128)
 def cached_engine(request: EngineRequest) -> EngineReport:
     return plan_engine(request)
+
+
+@st.cache_data(show_spinner=False, max_entries=128)
+def cached_deployment(request: EngineRequest) -> EngineDeployment:
+    return recommend_deployment(request)
 
 
 def engine_controls(state: PageState) -> None:
@@ -92,11 +98,52 @@ def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState)
             st.caption(":material/history: Showing the last valid engine figures.")
             engine = cached_engine(previous)
     if engine is not None:
-        _figures(engine, report)
+        deployment = cached_deployment(engine.request)
+        _recommended(deployment, engine, report)
+        if deployment.report is None or deployment.best.tp != engine.request.tp:
+            st.markdown(f"**At TP {engine.request.tp}, as set above**")
+        _figures(engine, report, commands=deployment.report is None or deployment.best.tp != engine.request.tp)
     _explainer(sizing)
 
 
-def _figures(engine: EngineReport, report: SizingReport) -> None:
+def _recommended(deployment: EngineDeployment, engine: EngineReport, report: SizingReport) -> None:
+    """The one recommended deployment: TP × replicas, and that replica's figures and command."""
+    best, chosen = deployment.best, deployment.report
+    if best is None or chosen is None:
+        st.warning(f"No TP up to 64 holds one request of {engine.request.max_model_len:,} tokens.",
+                   icon=":material/warning:")
+        return
+    st.markdown(f"**Recommended deployment for {deployment.users:,} users: {deployment.summary}.**")
+    r1, r2, r3 = st.columns(3)
+    r1.metric("Recommended TP × replicas", f"{best.tp} × {best.replicas}")
+    r2.metric("GPUs (whole replicas)", f"{best.gpus:,}")
+    r3.metric("Requests per replica", f"{best.users_per_replica:,}",
+              help="floor(Maximum concurrency), at most max_num_seqs")
+    st.caption(f"Two GPU counts answer different questions: the sizer's 'GPUs needed' "
+               f"({report.gpus.label}) pools memory over GPUs as if it were one; this count places "
+               f"whole TP replicas, each holding its own weights, activation and CUDA-graph reserve "
+               f"(vLLM's memory profile below). The sizer's deployment plan ({report.plan.summary}) "
+               f"uses the usable fraction of vendor memory instead of that profile.")
+    if best.tp != engine.request.tp:
+        st.markdown(f"Per GPU at the recommended TP {best.tp}:")
+        m1, m2, m3 = st.columns(3)
+        m1.metric(f"Available KV cache memory (TP {best.tp})", f"{chosen.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
+        m2.metric(f"GPU KV cache size (TP {best.tp})", f"{chosen.kv_cache_tokens:,} tokens")
+        m3.metric(f"Maximum concurrency (TP {best.tp})", f"{chosen.max_concurrency:,.2f}×")
+    _commands(chosen)
+    st.dataframe(pd.DataFrame([{"TP": o.tp, "requests / replica": o.users_per_replica, "replicas": o.replicas,
+                                "GPUs": o.gpus, "note": o.reason} for o in deployment.options]),
+                 hide_index=True, key="engine_options_table")
+
+
+def _commands(engine: EngineReport) -> None:
+    st.code(engine.launch_command, language="bash")
+    st.code(engine.launch_command_sglang, language="bash")
+    st.caption(f"SGLang would hold {engine.sglang_max_total_tokens:,} tokens per GPU at --mem-fraction-static "
+               f"{engine.sglang_mem_fraction_static:g} (its rule: (total × fraction − weights) ÷ bytes per token).")
+
+
+def _figures(engine: EngineReport, report: SizingReport, *, commands: bool) -> None:
     m1, m2, m3 = st.columns(3)
     m1.metric("Available KV cache memory", f"{engine.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
     m2.metric("GPU KV cache size", f"{engine.kv_cache_tokens:,} tokens")
@@ -114,17 +161,14 @@ def _figures(engine: EngineReport, report: SizingReport) -> None:
     util = engine.required_gpu_memory_utilization
     st.markdown(
         f"- `gpu_memory_utilization` for {report.users:,} users of {engine.request.max_model_len:,} tokens: "
-        + (f"**{util:g}**" if util is not None else "**more than one GPU holds** (raise TP)")
+        + (f"**{util:g}**" if util is not None else "**none fits them in one replica** (see the replicas above)")
         + f"\n- Largest `max_model_len` that fits: **{engine.max_model_len_fit:,}**"
-        + f"\n- Smallest TP that serves them: **{engine.smallest_tp or 'none up to 64'}**"
-        + (f"\n- Whole TP replicas for {report.users:,} users: **{engine.replicas_for_users} × TP {engine.request.tp} = "
-           f"{engine.replicas_for_users * engine.request.tp} GPUs**" if engine.replicas_for_users else "")
-        + f"\n- The sizer's pooled count ({report.gpus.label} GPUs) pools memory over GPUs; the replica count "
-          "above places whole TP groups, each with its own copy of the weights.")
-    st.code(engine.launch_command, language="bash")
-    st.code(engine.launch_command_sglang, language="bash")
-    st.caption(f"SGLang would hold {engine.sglang_max_total_tokens:,} tokens per GPU at --mem-fraction-static "
-               f"{engine.sglang_mem_fraction_static:g} (its rule: (total × fraction − weights) ÷ bytes per token).")
+        + f"\n- Smallest TP at which one replica holds all of them: **{engine.smallest_tp or 'none up to 64'}**"
+        + (f"\n- Whole TP replicas for {report.users:,} users at this TP: **{engine.replicas_for_users} × TP "
+           f"{engine.request.tp} = {engine.replicas_for_users * engine.request.tp} GPUs**"
+           if engine.replicas_for_users else ""))
+    if commands:
+        _commands(engine)
 
 
 def _activation(model: ModelShape | str) -> ActivationShape | None:
@@ -136,6 +180,13 @@ def _explainer(sizing: SizingRequest) -> None:
         uploaded = st.file_uploader("Log file", type=["log", "txt"], key="engine_log_upload")
         pasted = st.text_area("…or paste it", key="engine_log_text", height=140)
         try:
+            # Refused by size before anything is copied or decoded: an upload by its reported
+            # size, a paste by its length (a character is at least one byte).
+            if uploaded is not None and uploaded.size > MAX_LOG_BYTES:
+                raise InputError("log", f"the file is {uploaded.size:,} bytes, over the {MAX_LOG_BYTES:,}-byte limit")
+            if uploaded is None and len(pasted) > MAX_LOG_BYTES:
+                raise InputError("log", f"the paste is {len(pasted):,} characters, over the "
+                                        f"{MAX_LOG_BYTES:,}-byte limit")
             data = upload_bytes(uploaded.getvalue(), MAX_LOG_BYTES, field="log") if uploaded else pasted.encode()
             if not data.strip():
                 st.caption("Paste the lines from start-up to 'Maximum concurrency'; the model is the one chosen above.")

@@ -1,6 +1,7 @@
 """What the sizer page shows for one :class:`~sizing.report.SizingReport`: headline metrics,
-the worked formula, charts, the comparison without GQA, the deployment plan, the capacity of
-the deployed GPUs and the reference table. Drawing only: every figure comes from the report.
+the bytes of each layer kind, the worked formula, charts, the comparison without GQA, the
+deployment plan, the capacity of the deployed GPUs and the reference table. Drawing only:
+every figure comes from the report.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from streamlit.errors import StreamlitAPIException
 
 from sizing.report import SizingReport
 from ui import sizer_charts as charts
+from ui.layer_kinds_view import render_layer_kinds
 # Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
 from units import GIGA_UNIT, UnitSystem
 from units import format_up_to_giga as fmt
@@ -21,6 +23,7 @@ def render_report(report: SizingReport, system: UnitSystem) -> None:
     for warning in report.warnings:
         st.warning(f"**{warning.field}**: {warning.message}", icon=":material/warning:")
     _headline(report, system)
+    render_layer_kinds(report, system)
     st.subheader("The formula, with your numbers")
     st.markdown("\n".join(f"1. {step.text}" for step in report.steps))
     _charts(report, GIGA_UNIT[system])
@@ -75,6 +78,8 @@ def _without_gqa(report: SizingReport, system: UnitSystem) -> None:
 def _plan(report: SizingReport, system: UnitSystem) -> None:
     st.subheader("Deployment plan")
     st.markdown(report.plan.summary)
+    st.caption(f"Whole TP replicas, each holding its own copy of the weights; the headline's 'GPUs needed' "
+               f"({report.gpus.label}) pools memory over GPUs as if it were one, so the two counts can differ.")
     st.markdown(
         f"At TP {report.tp}: {report.kv_heads_per_gpu} KV head(s) per GPU"
         + (f", each head replicated {report.kv_replication}×" if report.kv_replication > 1 else "")

@@ -8,6 +8,8 @@ Modules, one job each (pure Python; nothing runs at import time):
                 equal size, padding layers; blocks, tokens, concurrency, max_model_len.
 * ``capacity``  :func:`plan_engine` (one request → one frozen :class:`EngineReport`) and the
                 reverse questions (utilisation for N users, largest max_model_len, smallest TP).
+* ``deployment`` the recommended deployment: TP × whole replicas from the engine's own figures.
+* ``pipeline``  vLLM's split of layers over pipeline stages.
 * ``vllm_log``  the parser of a pasted start-up log; ``explain`` reconstructs its figures.
 * ``launch``    the ``vllm serve`` and SGLang commands for a plan.
 * ``cli``       the engine options of ``python -m sizing`` and ``explain-log``.

@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from sizing.engine.capacity import (
     EngineRequest,
     plan_engine,
 )
+from sizing.engine.deployment import EngineDeployment, recommend_deployment
 from sizing.engine.explain import explain_log
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
@@ -108,8 +110,26 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
     )
 
 
-def format_engine(report: EngineReport) -> list[str]:
+@dataclass(frozen=True, kw_only=True)
+class EngineOutput:
+    """Engine mode's answer: the report at the asked TP and the recommended deployment."""
+
+    report: EngineReport
+    deployment: EngineDeployment
+
+    def to_dict(self) -> dict:
+        return {**self.report.to_dict(), "engine_deployment": self.deployment.as_dict()}
+
+
+def run_engine(request: EngineRequest) -> EngineOutput:
+    """:func:`plan_engine` at the request's TP, then the recommendation over every TP."""
+    report = plan_engine(request)
+    return EngineOutput(report=report, deployment=recommend_deployment(request))
+
+
+def format_engine(output: EngineOutput) -> list[str]:
     """Readable lines for the table output."""
+    report, deployment = output.report, output.deployment
     p, layout = report.profile, report.layout
     lines = ["", f"Engine (vLLM, per GPU, grouping rule {layout.rule}):"]
     for term in p.terms:
@@ -126,8 +146,12 @@ def format_engine(report: EngineReport) -> list[str]:
     if report.required_gpu_memory_utilization is not None:
         lines.append(f"  gpu_memory_utilization for {report.request.users:,} users: "
                      f"{report.required_gpu_memory_utilization:g}")
-    lines += [f"  smallest TP that fits: {report.smallest_tp}", "", f"  {report.launch_command}",
+    lines += [f"  smallest TP at which one replica holds all users: {report.smallest_tp}", "", f"  {report.launch_command}",
               f"  {report.launch_command_sglang}", *(f"  note: {n}" for n in report.notes)]
+    lines += ["", f"Recommended deployment for {deployment.users:,} users (whole TP replicas, engine figures): "
+                  f"{deployment.summary}"]
+    if deployment.report is not None:
+        lines += [f"  {deployment.report.launch_command}", f"  {deployment.report.launch_command_sglang}"]
     return lines
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
 from sizing.engine.memory import ActivationShape, activation_peak_bytes
+from sizing.engine.pipeline import pipeline_stage, stage_layers
 from sizing.engine.vllm_log import ParsedLog
 from sizing.kv import KVCacheSpec
 from sizing.models import ModelShape
@@ -122,6 +123,7 @@ def explain_log(
     *,
     activation: ActivationShape | None = None,
     tp: int | None = None,
+    pp: int | None = None,
     kv_dtype: str | None = None,
     max_model_len: int | None = None,
     block_size: int | None = None,
@@ -129,9 +131,14 @@ def explain_log(
     max_num_seqs: int | None = None,
     rule: GroupingRule | str | None = None,
 ) -> LogExplanation:
-    """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says."""
+    """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says.
+
+    Under pipeline parallelism (``pp`` > 1) the figures are rebuilt for stage 0, the layers
+    rank 0 holds (the parser keeps rank 0's lines).
+    """
     settings = {
         "tp": _setting("tp", parsed.tp, tp, 1),
+        "pp": _setting("pp", parsed.pp, pp, 1),
         "kv_dtype": _kv_dtype(parsed, kv_dtype),
         "max_model_len": _setting("max_model_len", parsed.max_model_len or parsed.concurrency_len, max_model_len,
                                   model.max_context or 8192),
@@ -142,12 +149,21 @@ def explain_log(
         "rule": _setting("rule", None, rule, str(GroupingRule.HYBRID)),
     }
     v = {name: s.value for name, s in settings.items()}
+    missing: list[str] = []
+    if v["pp"] > 1:
+        held = stage_layers(model.layers, v["pp"], 0)
+        missing.append(f"PP {v['pp']}: each stage sizes its own cache; rebuilt for stage 0 (rank 0), which holds "
+                       f"layers {held.start}–{held.stop - 1} of {model.layers} (vLLM's get_pp_indices)")
+        model = pipeline_stage(model, v["pp"], 0)
+    if len({gib for _, gib in parsed.available_by_rank}) > 1:
+        spread = sorted({gib for _, gib in parsed.available_by_rank})
+        missing.append(f"ranks report {spread[0]:g}–{spread[-1]:g} GiB available: each worker sizes its cache from "
+                       "its own memory and vLLM keeps the smallest block count; rank 0's figure is used here")
     precision = get_precision(v["kv_dtype"], field="kv_dtype")
     layout = kv_cache_layout(model, precision, tp=v["tp"], block_size=v["block_size"], rule=v["rule"])
     length, mnbt = v["max_model_len"], v["max_num_batched_tokens"]
     spec = KVCacheSpec(model=model, precision=precision, tp=v["tp"], block_size=v["block_size"])
     checks: list[FigureCheck] = []
-    missing: list[str] = []
 
     available = None if parsed.available_gib is None else Fraction(repr(parsed.available_gib)) * GiB
     if available is not None:

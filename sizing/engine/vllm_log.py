@@ -11,7 +11,11 @@ error with vLLM's estimated maximum model length.
 
 Input is text already read under a size cap (:data:`MAX_LOG_BYTES`); lines longer than
 :data:`_MAX_LINE_CHARS` are cut before matching, so no line costs more than a bounded regex scan.
-The first occurrence of each figure wins (the TP-rank-0 worker logs first).
+The first occurrence of each figure wins, except that a line tagged as worker rank 0
+(``(VllmWorker rank=0 …)``, ``(Worker_TP0 …)``) replaces a figure first read from another rank:
+workers print in any order, and under pipeline parallelism each stage prints its own figures, of
+which rank 0's (stage 0) are the ones reconstructed. Every rank's "Available KV cache memory" is
+kept in :attr:`ParsedLog.available_by_rank`.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class ParsedLog:
     version: str | None = None
     model: str | None = None
     tp: int | None = None
+    pp: int | None = None
     dtype: str | None = None
     kv_cache_dtype: str | None = None
     max_model_len: int | None = None
@@ -69,6 +74,7 @@ class ParsedLog:
     padding_waste_percent: float | None = None
     needed_gib: float | None = None
     estimated_max_len: int | None = None
+    available_by_rank: tuple[tuple[int, float], ...] = field(default=())  # (rank, GiB) of tagged lines
     found: tuple[FoundLine, ...] = field(default=())
 
     @property
@@ -79,7 +85,8 @@ class ParsedLog:
     def missing_fields(self) -> tuple[str, ...]:
         """The figures this log does not state (besides the bookkeeping ones)."""
         present = set(self.found_fields)
-        return tuple(f.name for f in fields(self) if f.name != "found" and f.name not in present)
+        return tuple(f.name for f in fields(self)
+                     if f.name not in ("found", "available_by_rank") and f.name not in present)
 
     def as_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "found"}
@@ -103,6 +110,8 @@ _RULES: tuple[tuple[str, re.Pattern[str], dict[str, tuple[str, object]]], ...] =
         ("with config:", r"with config: model='([^']*)'", {"1": ("model", str)}),
         ("tensor_parallel_size=", r"tensor_parallel_size=(\d+)", {"1": ("tp", int)}),
         ("'tensor_parallel_size':", r"'tensor_parallel_size': (\d+)", {"1": ("tp", int)}),
+        ("pipeline_parallel_size=", r"pipeline_parallel_size=(\d+)", {"1": ("pp", int)}),
+        ("'pipeline_parallel_size':", r"'pipeline_parallel_size': (\d+)", {"1": ("pp", int)}),
         ("dtype=torch.", r"[^_]dtype=torch\.(\w+)", {"1": ("dtype", str)}),
         ("kv_cache_dtype=", r"kv_cache_dtype=(\w+)", {"1": ("kv_cache_dtype", str)}),
         ("'kv_cache_dtype':", r"'kv_cache_dtype': '(\w+)'", {"1": ("kv_cache_dtype", str)}),
@@ -156,6 +165,8 @@ _RULES: tuple[tuple[str, re.Pattern[str], dict[str, tuple[str, object]]], ...] =
 )
 # Lines that make a log recognisably vLLM's even when no figure was read from them.
 _VLLM_MARKERS = ("vllm", "gpu_worker.py", "kv_cache_utils.py", "gpu_model_runner.py", "EngineCore")
+# The worker prefix of multi-process logs: "(VllmWorker rank=3 pid=1)", "(Worker_TP1 pid=2)".
+_RANK = re.compile(r"\((?:VllmWorker rank=|Worker_TP|Worker rank=)(\d{1,4})\b")
 
 
 def parse_vllm_log(data: bytes | str, *, field_name: str = "log") -> ParsedLog:
@@ -175,12 +186,16 @@ def parse_vllm_log(data: bytes | str, *, field_name: str = "log") -> ParsedLog:
     else:
         raise InputError(field_name, f"expected text, got {type(data).__name__}")
     values: dict[str, object] = {}
-    found: list[FoundLine] = []
+    value_rank: dict[str, int | None] = {}  # the worker rank each value was read from
+    found: dict[str, FoundLine] = {}
+    by_rank: dict[int, float] = {}
     vllm_seen = False
     for line_no, raw in enumerate(text.splitlines(), start=1):
         line = raw[:_MAX_LINE_CHARS]
         if not vllm_seen and any(marker in line for marker in _VLLM_MARKERS):
             vllm_seen = True
+        tag = _RANK.search(line[:200])
+        rank = int(tag.group(1)) if tag else None
         for marker, pattern, groups in _RULES:
             if marker not in line:
                 continue
@@ -188,15 +203,30 @@ def parse_vllm_log(data: bytes | str, *, field_name: str = "log") -> ParsedLog:
             if not match:
                 continue
             for group, (name, convert) in groups.items():
-                if name in values:
+                # Rank 0's line replaces one read from another rank; otherwise the first wins.
+                if name in values and not (rank == 0 and value_rank[name] not in (None, 0)):
+                    if name == "available_gib" and rank is not None and rank not in by_rank:
+                        by_rank[rank] = _safe(convert, match.group(int(group)))
                     continue
                 try:
                     values[name] = convert(match.group(int(group)))
                 except (ValueError, OverflowError):
                     continue
-                found.append(FoundLine(field=name, line_no=line_no, text=line.strip()[:200]))
+                value_rank[name] = rank
+                if name == "available_gib" and rank is not None:
+                    by_rank.setdefault(rank, values[name])
+                found[name] = FoundLine(field=name, line_no=line_no, text=line.strip()[:200])
     if not found:
         hint = "it mentions vLLM but states none of its memory figures" if vllm_seen else "no vLLM line found"
         raise InputError(field_name, f"not a vLLM start-up log: {hint} (looked for 'Available KV cache memory', "
                                      "'GPU KV cache size', 'Maximum concurrency for', 'model weights take')")
-    return ParsedLog(**values, found=tuple(found))
+    ranks = tuple(sorted((r, v) for r, v in by_rank.items() if v is not None))
+    return ParsedLog(**values, available_by_rank=ranks,
+                     found=tuple(sorted(found.values(), key=lambda f: (f.line_no, f.field))))
+
+
+def _safe(convert, text: str) -> float | None:
+    try:
+        return convert(text)
+    except (ValueError, OverflowError):
+        return None

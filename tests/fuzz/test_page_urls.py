@@ -14,12 +14,18 @@ from hypothesis import strategies as st
 
 from fuzz.hostile import beyond
 from support.apptest import assert_no_exception, open_page
+from ui.model_picker import TextField
 from ui.url_state import DECLARED, ChoiceField, FlagField, NumberField
 
 PAGES = ("1_sizer.py", "2_fragmentation.py", "3_kernels.py", "4_planner.py")
 NUMBER_JUNK = ("nan", "inf", "-inf", "1e308", "-1e308", "abc", "", "9" * 400)
 CHOICE_JUNK = ("zzz", "", "1e308", "../../etc/passwd")
 FLAG_JUNK = ("2", "yes", "")
+# Refused by every text field (a Hub repo id, a layer layout): paths, URLs, oversize, bad syntax.
+TEXT_JUNK = ("zzz(", "../../etc/passwd", "https://huggingface.co/a/b", "x" * 5000, "org/a b", "\u202e/x")
+# Well-formed text that still reaches the page (a layout whose layers may disagree); no Hub id
+# here, so that a random link never reaches the network.
+TEXT_VALID = ("2 full + 2 sliding(64)", "5 sliding(1024) : 1 full", "1 full : 3 mamba", "4 mla")
 
 
 def _fields_of(page: str):
@@ -36,6 +42,8 @@ def _junk(field) -> list[str]:
         return [*NUMBER_JUNK, *beyond(field.bound)]
     if isinstance(field, ChoiceField):
         return list(CHOICE_JUNK)
+    if isinstance(field, TextField):
+        return list(TEXT_JUNK)
     assert isinstance(field, FlagField)
     return list(FLAG_JUNK)
 
@@ -86,6 +94,9 @@ def test_random_links_render(page, data):
                 (st.integers(int(b.low), int(b.high)) if b.integer else st.floats(b.low, b.high)).map(str)))
         elif isinstance(field, ChoiceField):
             value = data.draw(st.one_of(st.sampled_from([str(o) for o in field.options]), st.sampled_from(CHOICE_JUNK)))
+        elif isinstance(field, TextField):
+            valid = TEXT_VALID if field.url_name == "lay" else ()
+            value = data.draw(st.sampled_from([*valid, *TEXT_JUNK]))
         else:
             value = data.draw(st.sampled_from(["0", "1", *FLAG_JUNK]))
         query[field.url_name] = value

@@ -264,3 +264,187 @@ def test_engine_mode_refusals_are_named_and_keep_the_last_figures():
     assert metric(at, "GPU KV cache size") == before
     at.text_area(key="engine_log_text").set_value("just some text\n").run()
     assert any("not a vLLM start-up log" in e.value for e in at.error)
+
+
+def test_engine_mode_recommends_one_deployment_and_says_which_count_is_which():
+    at = run_page({"eng": "1", "model": "qwen2.5-7b", "tp": "1", "ngpu": "1", "ctx": "4096", "gpu": "l4",
+                   "users": "50", "w": "bf16"})
+    # TP 1 holds 18 requests per L4 (3 replicas = 3 GPUs); TP 2 holds 100 (one replica of 2 GPUs).
+    assert metric(at, "Recommended TP × replicas") == "2 × 1" and metric(at, "GPUs (whole replicas)") == "2"
+    commands = [c.value for c in at.code]
+    assert commands[0].startswith("vllm serve Qwen/Qwen2.5-7B") and "--tensor-parallel-size 2" in commands[0]
+    assert any("pools memory over GPUs" in c.value for c in at.caption)
+    assert metric(at, "GPU KV cache size (TP 2)").endswith("tokens")
+
+
+@pytest.mark.parametrize("utilization", [0.0, 1.5])
+def test_absurd_utilization_is_named_and_kept(utilization):
+    at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
+    before = metric(at, "GPU KV cache size")
+    at.number_input(key=key("gpu_memory_utilization")).set_value(utilization).run()
+    assert not at.exception
+    assert any("gpu_memory_utilization" in e.value for e in at.error)
+    assert at.number_input(key=key("gpu_memory_utilization")).value == utilization  # what was typed stays
+    assert metric(at, "GPU KV cache size") == before
+
+
+def test_oversized_and_truncated_logs_are_refused_or_explained_and_kept():
+    from sizing.engine.vllm_log import MAX_LOG_BYTES
+
+    at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
+    huge = "x" * (MAX_LOG_BYTES + 1)
+    at.text_area(key="engine_log_text").set_value(huge).run()
+    assert any(e.value.startswith("**log**") and "limit" in e.value for e in at.error)
+    truncated = "INFO [gpu_worker.py:276] Available KV cache memory: 1.40 GiB\nINFO [kv_cache_u"
+    at.text_area(key="engine_log_text").set_value(truncated).run()
+    assert not at.exception and not at.error
+    assert at.text_area(key="engine_log_text").value == truncated
+    assert any("Found: available_gib" in c.value for c in at.caption)
+
+
+# ---- model sources: the searchable catalogue, Hub ids, manual layouts, the per-kind table ------
+def kinds_table(at):
+    """The by-layer-kind table as {kind label: row}."""
+    table = next(d.value for d in at.dataframe if "Layer kind" in d.value.columns)
+    return {row["Layer kind"]: row for row in table.to_dict("records")}, list(table.columns)
+
+
+def test_layer_kind_table_has_readable_headers_and_the_reports_totals():
+    at = run_page()
+    rows, columns = kinds_table(at)
+    assert all("_" not in c for c in columns) and "KV per token per GPU (TP 8)" in columns
+    assert not any(v is None or v == "None" for row in rows.values() for v in row.values())
+    # Llama-3.1-70B: 80 full layers × 2 × 8 KV heads × 128 × 2 B = 320 KiB; at TP 8 one KV head per GPU: 40 KiB.
+    full = rows["Full attention"]
+    assert (full["Layers"], full["KV per token"], full["KV per token per GPU (TP 8)"]) == ("80", "320 KiB", "40 KiB")
+    assert full["State per sequence"] == "—" and full["One sequence at 32,768 tokens"] == "10 GiB"
+    assert rows["All layers"]["KV per token"] == metric(at, "KV per token")
+
+
+def test_catalogue_search_filters_and_picks_the_first_match():
+    at = run_page()
+    at.text_input(key=key("catalogue_search")).input("gemma 3 1b").run()
+    box = at.selectbox(key=key("preset"))
+    assert len(box.options) == 1 and "google/gemma-3-1b-it" in box.options[0] and box.value == "gemma-3-1b"
+    assert at.query_params["model"] == "gemma-3-1b"
+    rows, _ = kinds_table(at)
+    # Gemma-3-1B: 1 KV head × 256 × 2 (K, V) × 2 B = 1 KiB per layer and token; every 6th layer
+    # global: 4 full, 22 sliding over a 512-token window.
+    assert (rows["Sliding window"]["Layers"], rows["Sliding window"]["Window / chunk (tokens)"]) == ("22", "512")
+    assert (rows["Sliding window"]["KV per token"], rows["Full attention"]["KV per token"]) == ("22 KiB", "4 KiB")
+    # At 32,768 tokens: 22 layers hold 512 tokens (11 MiB), 4 layers all 32,768 (128 MiB).
+    assert rows["Sliding window"]["One sequence at 32,768 tokens"] == "11 MiB"
+    assert rows["Full attention"]["One sequence at 32,768 tokens"] == "128 MiB"
+    assert rows["All layers"]["One sequence at 32,768 tokens"] == metric(at, "Per user at 32,768") == "139 MiB"
+    at.text_input(key=key("catalogue_search")).input("deepseek-ai").run()
+    assert {o.split(" · ")[1].split("/")[0] for o in at.selectbox(key=key("preset")).options} == {"deepseek-ai"}
+
+
+def test_catalogue_search_without_a_match_keeps_the_model():
+    at = run_page()
+    at.text_input(key=key("catalogue_search")).input("no such model").run()
+    assert "No catalogue model matches" in texts(at.caption)
+    assert at.selectbox(key=key("preset")).value == "llama-3.1-70b" and metric(at, "KV per token") == "320 KiB"
+
+
+@pytest.mark.parametrize(("model_id", "per_token"), [
+    ("mixtral-8x7b", "128 KiB"),  # a first-preset id: 2 × 32 × 8 × 128 × 2 B
+    ("deepseek-v3", "68.6 KiB"),  # MLA: 61 × (512 + 64) × 2 B, no factor 2
+])
+def test_catalogue_ids_in_the_url(model_id, per_token):
+    at = run_page({"model": model_id})
+    assert at.selectbox(key=key("preset")).value == model_id and metric(at, "KV per token") == per_token
+
+
+@pytest.fixture
+def local_hub(monkeypatch, tmp_path):
+    """A local Hub (HF_ENDPOINT): Qwen3-8B's config and index under a repo the catalogue lacks, a gated repo."""
+    from sizing.catalogue import get_entry
+    from support.hub_server import HubServer
+
+    index = json.dumps({"metadata": {"total_size": 16_381_470_720}, "weight_map": {}}).encode()
+    files = {("someorg/qwen3-8b-copy", "config.json"): get_entry("qwen3-8b").config_bytes,
+             ("someorg/qwen3-8b-copy", "model.safetensors.index.json"): index}
+    with HubServer(files, gated={"someorg/gated"}) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+        yield server
+
+
+def test_hub_model_id_through_the_client(local_hub):
+    at = run_page({"src": "Hub", "hub": "someorg/qwen3-8b-copy", "w": "auto"})
+    assert not at.error
+    # Qwen3-8B: 2 × 36 × 8 × 128 × 2 B = 144 KiB per token; weights: the index's 16,381,470,720 B.
+    assert metric(at, "KV per token") == "144 KiB" and metric(at, "Weights") == "15.3 GiB"
+    assert "From the Hub" in texts(at.caption) and "16.4 GB" in texts(at.caption)
+    assert any("config.json" in p for p in local_hub.requests)
+
+
+def test_gated_hub_repo_is_named_and_the_last_model_kept(local_hub):
+    at = run_page({"src": "Hub", "hub": "someorg/gated"})
+    assert any("model_id" in e.value and "gated" in e.value and "HF_TOKEN" in e.value for e in at.error)
+    from sizing.presets import get_preset
+
+    assert f"last good model, **{get_preset('llama-3.1-70b').name}**" in texts(at.caption)
+    assert metric(at, "KV per token") == "320 KiB"
+    assert at.text_input(key=key("hub_id")).value == "someorg/gated"  # what was typed is kept
+
+
+def test_unreachable_hub_falls_back_to_the_catalogue_and_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens: refused at once
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    at = run_page({"src": "Hub", "hub": "Qwen/Qwen3-8B"})
+    assert any("unreachable" in w.value and "Qwen3-8B" in w.value for w in at.warning)
+    assert metric(at, "KV per token") == "144 KiB"
+    assert at.session_state[handoff.SESSION_KEY].preset_id == "qwen3-8b"
+
+
+@pytest.mark.parametrize(("query", "parameter"), [
+    ({"src": "Hub", "hub": "../../etc/passwd"}, "hub"), ({"hub": "https://huggingface.co/a/b"}, "hub"),
+    ({"src": "Manual", "lay": "12 foo"}, "lay"), ({"lay": "x" * 1000}, "lay"), ({"sdt": "fp64"}, "sdt"),
+    ({"lora": "0"}, "lora"),
+])
+def test_hostile_model_link_parameters_show_a_notice(query, parameter):
+    at = run_page(query)
+    assert f"`{parameter}`" in texts(at.info), texts(at.info)
+
+
+def test_manual_mixed_layout():
+    at = run_page({"src": "Manual", "lay": "18 full + 18 sliding(128)", "layers": "36", "qh": "32", "hd": "128"})
+    assert not at.error
+    rows, _ = kinds_table(at)
+    # 2 × 8 KV heads × 128 × 2 B = 4 KiB per layer and token; 18 layers of each kind.
+    assert rows["Full attention"]["KV per token"] == rows["Sliding window"]["KV per token"] == "72 KiB"
+    assert metric(at, "KV per token") == "144 KiB"
+    # 18 layers × 4 KiB × 128 tokens = 9 MiB, whatever the context beyond 128.
+    assert rows["Sliding window"]["One sequence at 32,768 tokens"] == "9 MiB"
+
+
+def test_manual_layout_that_disagrees_with_the_layers_is_named_and_the_last_model_kept():
+    at = run_page({"src": "Manual"})
+    at.text_input(key=key("layout")).input("18 full + 18 sliding(128)").run()
+    assert any("layout" in e.value and "lists 36 layers, but the model has 80" in e.value for e in at.error)
+    assert "last good model, **Manual**" in texts(at.caption) and metric(at, "KV per token") == "320 KiB"
+    at.number_input(key=key("layers")).set_value(36).run()
+    assert not at.error and metric(at, "KV per token") == "144 KiB"  # 36 × 2 × 8 × 128 × 2 B
+
+
+def test_manual_mamba_hybrid_holds_state_not_kv():
+    at = run_page({"src": "Manual", "lay": "1 full : 3 mamba", "layers": "48"})
+    assert not at.error
+    rows, _ = kinds_table(at)
+    mamba = rows["Mamba (SSM state)"]
+    # Default Mamba2 sizes: conv 3 × (8,192 + 8 × 256) + SSM 128 × 8,192 = 1,079,296 values × 2 B
+    # per layer; 36 layers = 77,709,312 B. No per-token KV.
+    assert (mamba["Layers"], mamba["KV per token"], mamba["State per sequence"]) == ("36", "—", "74.1 MiB")
+    assert rows["Full attention"]["KV per token"] == "48 KiB"  # 12 layers × 4 KiB
+    at.number_input(key=key("state_heads")).set_value(0).run()
+    assert any("heads" in e.value for e in at.error) and "last good model" in texts(at.caption)
+
+
+def test_a_catalogue_id_in_the_hub_box_reads_the_shipped_copy(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # no request may be needed
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    at = run_page({"src": "Hub", "hub": "mixtral-8x7b"})
+    assert not at.error and not at.warning and "From the shipped catalogue" in texts(at.caption)
+    assert metric(at, "KV per token") == "128 KiB"  # 2 × 32 × 8 × 128 × 2 B

@@ -41,6 +41,10 @@ def test_engine_json_has_every_contract_key_and_the_sizer_keys():
     assert data["engine_available_kv_bytes_per_gpu"] == expected
     assert data["engine_kv_cache_tokens"] == expected // (4096 * 16) // 32 * 16
     assert "--gpu-memory-utilization 0.8" in data["launch_command"]
+    # The recommendation for 32 users: one TP-1 replica (the H200's KV pool holds them all).
+    assert data["engine_deployment"]["tp"] == 1 and data["engine_deployment"]["gpus"] == 1
+    assert data["engine_deployment"]["launch_command"].startswith("vllm serve meta-llama/Llama-3.1-8B "
+                                                                  "--tensor-parallel-size 1")
 
 
 def test_per_gpu_budget_replaces_the_profile_and_help_says_which_budget_is_which():
@@ -77,3 +81,17 @@ def test_explain_log_refuses_what_it_cannot_use():
     assert code == 2 and "--model" in err  # the log names no model and none was given
     code, _, err = _run(explain_main, ["/nonexistent/log.txt", "--model", "llama-3.1-8b"])
     assert code == 2 and "cannot read" in err
+
+
+def test_a_100_mb_paste_is_refused_by_size_after_reading_only_the_cap(tmp_path):
+    # Standard input is read in chunks up to one byte past the 8 MiB cap, then refused; the
+    # rest of the 100 MB is never read (the pipe is closed under the writer).
+    piped = subprocess.run([sys.executable, "-m", "sizing", "explain-log", "-", "--model", "llama-3.1-8b"],
+                           input=b"INFO vllm " * (10 * 2**20), capture_output=True, cwd=ROOT, timeout=60)
+    err = piped.stderr.decode()
+    assert piped.returncode == 2 and "limit" in err and len(err.strip().splitlines()) == 1
+    big = tmp_path / "big.log"
+    with big.open("wb") as out:
+        out.truncate(100 * 2**20)  # a sparse 100 MB file
+    code, _, err = _run(explain_main, [str(big), "--model", "llama-3.1-8b"])
+    assert code == 2 and "limit" in err

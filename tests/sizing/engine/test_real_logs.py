@@ -8,8 +8,10 @@ import pytest
 
 from sizing.engine.explain import ACTIVATION_TOLERANCE, RATIO_TOLERANCE, explain_log
 from sizing.engine.memory import ActivationShape
+from sizing.engine.pipeline import stage_layer_counts
 from sizing.engine.vllm_log import parse_vllm_log
 from sizing.models import ModelShape
+from sizing.presets import get_preset
 from support.paths import ROOT
 
 LOGS = ROOT / "tests" / "data" / "vllm_logs"
@@ -26,6 +28,10 @@ SHAPE_48x4x128 = ModelShape(name="48×4×128", layers=48, q_heads=32, kv_heads=4
 LLAMA3_8B = ModelShape(name="Llama-3-8B", layers=32, q_heads=32, kv_heads=8, head_dim=128, params=8_030_000_000)
 LLAMA31_70B = ModelShape(name="Llama-3.1-70B", layers=80, q_heads=64, kv_heads=8, head_dim=128, params=70_600_000_000)
 LLAMA3_8B_WIDTHS = ActivationShape(hidden=4096, intermediate=14336, vocab=128256)
+# deepseek-ai/DeepSeek-V2-Lite config.json (data/models): 27 MLA layers caching 512 + 64 values.
+DEEPSEEK_V2_LITE = get_preset("deepseek-v2-lite").shape
+# openai/gpt-oss-120b config.json (data/models): 36 layers, sliding (128) and full alternating, 8 × 64.
+GPT_OSS_120B = get_preset("gpt-oss-120b").shape
 
 CASES = {
     # 5:1 sliding pattern with 2 padding layers, vLLM 0.13: 25.39 GiB, 950,864 tokens, 461.21× at 2,048.
@@ -40,6 +46,10 @@ CASES = {
     # V1 before the hybrid allocator: one group, concurrency = tokens ÷ max_model_len.
     "llama3.1-70b-w8a8-vllm12569.log": (LLAMA31_70B, {"rule": "single"}),
     "llama3.1-8b-rtx3090-vllm10517.log": (LLAMA3_8B, {"rule": "single"}),
+    # MLA at TP 2 × PP 2: the log states both; stage 0's 14 layers × 1,152 B on 12.13 GiB.
+    "deepseek-v2-lite-tp2-pp2-vllm20665.log": (DEEPSEEK_V2_LITE, {}),
+    # Alternating sliding windows, vLLM 0.11.2: two groups of 18 layers, no padding.
+    "gpt-oss-120b-v0.11.2-blog.log": (GPT_OSS_120B, {}),
 }
 
 
@@ -94,3 +104,44 @@ def test_partial_log_says_what_could_not_be_rebuilt():
     explanation = _explain("llama3-8b-tp2-vllm10511.log")
     assert any("Available KV cache memory is not in the log" in m for m in explanation.not_reconstructed)
     assert [c.name for c in explanation.checks] == ["activation peak (GiB)"]
+
+
+def test_mla_log_at_tp2_pp2_is_stage_zero_of_the_latent_cache():
+    explanation = _explain("deepseek-v2-lite-tp2-pp2-vllm20665.log")
+    parsed, layout = explanation.parsed, explanation.layout
+    assert (parsed.tp, parsed.pp) == (2, 2)
+    # vLLM's get_pp_indices puts the odd layer on the first stage: 27 = 14 + 13.
+    assert stage_layer_counts(27, 2) == (14, 13) and layout.layer_slots == 14
+    # Rank 0's 12.13 GiB is used although rank 3 printed first; the latent is not split by TP:
+    # one page is 16 tokens × (512 + 64) values × 2 B on every rank.
+    assert parsed.available_gib == 12.13 and dict(parsed.available_by_rank)[3] == 11.33
+    assert layout.page_bytes == 16 * 576 * 2 and [str(g.kind) for g in layout.groups] == ["mla"]
+    tokens = next(c for c in explanation.checks if c.name.startswith("GPU KV cache size"))
+    # 12.13 GiB // (18,432 B × 14) = 50,473 blocks by the printed figure; the printed 807,792
+    # tokens (50,487 blocks) lie within the ±0.005 GiB its rounding allows.
+    assert tokens.reconstructed == 50_473 * 16 and tokens.low <= 807_792 <= tokens.high
+    concurrency = next(c for c in explanation.checks if c.name.startswith("Maximum concurrency"))
+    assert concurrency.reconstructed == pytest.approx(50_487 / 64)  # cdiv(1,024, 16) blocks each
+    assert any("ranks report 11.33–12.13 GiB" in m for m in explanation.not_reconstructed)
+
+
+def test_alternating_sliding_log_counts_tokens_once_per_group():
+    explanation = _explain("gpt-oss-120b-v0.11.2-blog.log")
+    layout = explanation.layout
+    assert [len(g.layer_indices) for g in layout.groups] == [18, 18] and layout.padding_layers == 0
+    assert {g.window for g in layout.groups} == {128, None}
+    tokens = next(c for c in explanation.checks if c.name.startswith("GPU KV cache size"))
+    # 8.99 GiB // (32,768 B pages × 18 slots) = 16,365 blocks; two groups share them, so vLLM
+    # reports 16,365 // 2 × 16 = 130,912 tokens (the log: 130,960, inside the rounding).
+    assert tokens.reconstructed == 16_365 // 2 * 16 and tokens.low <= 130_960 <= tokens.high
+    assert explanation.parsed.max_num_batched_tokens == 2048 and explanation.parsed.max_num_seqs == 6
+
+
+def test_pipeline_stages_keep_each_layers_kind():
+    from sizing.engine.pipeline import pipeline_stage
+
+    # gpt-oss-120b's 36 layers alternate sliding and full: each PP-2 stage keeps 9 of each, and
+    # the stages together hold every layer once (5 over 3 stages: 2 + 2 + 1, the last lightest).
+    stages = [pipeline_stage(GPT_OSS_120B, 2, s) for s in (0, 1)]
+    assert [len(s.sliding_layers) for s in stages] == [9, 9] and sum(s.layers for s in stages) == 36
+    assert stage_layer_counts(5, 3) == (2, 2, 1)
