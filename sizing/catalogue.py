@@ -74,7 +74,9 @@ class CatalogueEntry:
 
     @property
     def searchable(self) -> str:
-        return f"{self.id} {self.name} {self.repo}".lower()
+        """What a search matches: id, name, repository and the architecture (``model_type``)."""
+        model_type = self.config.get("model_type", "")
+        return f"{self.id} {self.name} {self.repo} {model_type if isinstance(model_type, str) else ''}".lower()
 
 
 def _entry(record: Mapping[str, Any]) -> CatalogueEntry:

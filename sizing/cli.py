@@ -425,7 +425,8 @@ def models_main(argv: Sequence[str]) -> int:
         if args.json:
             print(dumps_strict(records, indent=2))
         else:
-            print("\n".join(f"{r['id']:<22} {r['params'] / 1e9:>8,.1f} B  {r['layout']}" for r in records))
+            print("\n".join(f"{r['id']:<22} {r['params'] / 1e9:>8,.1f} B  {r['layout']}"
+                             f"{'' if r['verified'] else '  (sizing keys, unverified)'}" for r in records))
         return 0
 
     return run_cli(f"{PROG} models", body)

@@ -77,6 +77,13 @@ def _context_and_hardware(inp: Resolved, gpus_per_node: int) -> list[SizingWarni
             code="context_beyond_model", field="context",
             message=f"{inp.context:,} tokens exceed the model's maximum context of {m.max_context:,}.",
         ))
+    window = max((g.window for g in m.layer_groups() if g.window is not None), default=None)
+    if window is not None and window >= inp.context:
+        out.append(SizingWarning(
+            code="window_beyond_context", field="context",
+            message=f"The model's {window:,}-token window is not shorter than the {inp.context:,}-token context: "
+                    "its windowed layers hold the whole context, as full-attention layers would.",
+        ))
     if inp.tp > gpus_per_node:
         out.append(SizingWarning(
             code="tp_spans_nodes", field="tp",

@@ -161,6 +161,9 @@ def catalogue_model(state: PageState) -> str:
     entry = get_preset(model_id)
     st.caption(f"[config.json]({entry.source}) · {entry.params_billions:,.1f} B params ({entry.params_source}) "
                f"· {entry.shape.layout} {entry.note}")
+    if not entry.verified:
+        st.caption(":material/warning: Sizing keys, unverified: this entry was not checked against the published "
+                   "config.json (see data/models/README.md).")
     return model_id
 
 

@@ -146,6 +146,21 @@ def test_the_verified_flag_reaches_the_cli_listing():
     assert {i for i, r in records.items() if not r["verified"]} == {e.id for e in catalogue() if not e.verified}
 
 
+def test_the_readable_listing_marks_unverified_entries(capsys):
+    from sizing.cli import models_main
+
+    assert models_main(["--search", "phi"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["phi-4"].endswith("(sizing keys, unverified)")
+    assert models_main(["--search", "llama 3.1 70b"]) == 0
+    assert "unverified" not in capsys.readouterr().out
+
+
+def test_search_matches_the_architecture():
+    # Nemotron-H is found by its architecture (model_type nemotron_h), not only by its name.
+    assert "nemotron-nano-9b-v2" in {e.id for e in search_catalogue("nemotron_h")}
+
+
 def test_the_issue_list_is_covered_and_mostly_verified():
     required = {"llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b", "llama-3.2-1b", "llama-3.2-3b", "llama-4-scout",
                 "llama-4-maverick", "qwen2.5-7b", "qwen2.5-72b", "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b",

@@ -141,6 +141,11 @@ def test_warnings():
     assert clean.warnings == ()
     jetson = size_deployment(SizingRequest(model="llama-3.1-8b", gpu="jetson-agx-orin-64gb", context=4096, users=1))
     assert "shared_memory" in {w.code for w in jetson.warnings}
+    # Gemma-3-27B's sliding layers keep 1,024 tokens: at a 1,024-token context they hold all of it.
+    short = {w.code: w for w in size_deployment(SizingRequest(model="gemma-3-27b", context=1024, users=1)).warnings}
+    assert short["window_beyond_context"].field == "context" and "1,024-token window" in short["window_beyond_context"].message
+    long = size_deployment(SizingRequest(model="gemma-3-27b", context=1025, users=1))
+    assert "window_beyond_context" not in {w.code for w in long.warnings}
 
 
 def test_given_budget_and_json():
