@@ -20,7 +20,7 @@ from kernels.decode_checks import check_scale
 from kernels.decode_config import FP8_DTYPE, MAX_SPLITS, default_num_splits, sm_count
 from kernels.runtime import interpreter_active
 
-__all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "fp8_scales",
+__all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
            "check_call_options", "interpreted"]
 
 # Signatures whose shape and stride checks passed (bounded: cleared when full).
@@ -85,6 +85,22 @@ def check_call_options(sm_scale, num_splits, head_dim: int) -> float:
             or sm_scale <= 0:
         raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
     return float(sm_scale)
+
+
+def split_buffers(plan: SplitPlan, q: torch.Tensor, out: torch.Tensor) -> tuple:
+    """``(part_out, part_lse, their five strides)`` for a split call; for an unsplit one, ``out``
+    twice and zero strides (the kernel's SPLIT branch never touches them).
+
+    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32, ``part_lse`` ``[batch,
+    n_q_heads, num_splits]`` fp32.
+    """
+    if not plan.split:
+        return out, out, (0, 0, 0, 0, 0)
+    batch, n_q_heads, head_dim = q.shape
+    part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=torch.float32, device=q.device)
+    part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
+    return part_out, part_lse, (part_out.stride(0), part_out.stride(1), part_out.stride(2),
+                                part_lse.stride(0), part_lse.stride(1))
 
 
 @lru_cache(maxsize=8)

@@ -80,6 +80,7 @@ from kernels.decode_launch import (  # noqa: E402
     fp8_scales,
     interpreted,
     signature,
+    split_buffers,
     split_plan,
 )
 
@@ -100,6 +101,16 @@ MIN_GROUP_PAD = 16  # tl.dot needs M >= 16; padded query rows are masked on load
 # ----------------------------------------------------------------------------------------------
 # Kernels
 # ----------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N: tl.constexpr):
+    """Tokens ``[start, end)`` of one split of one sequence, in whole BLOCK_N tiles so that only
+    the sequence's last tile is ragged (shared by the bf16/FP8 and the INT4 kernels)."""
+    seq_len = tl.load(seq_lens_ptr + seq)
+    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
+    start = split * tiles_per_split * BLOCK_N
+    return start, tl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
 
 
 @triton.jit
@@ -138,11 +149,7 @@ def _paged_decode_kernel(
     seq = tl.program_id(1)
     split = tl.program_id(2)
 
-    seq_len = tl.load(seq_lens_ptr + seq)
-    # This split's token range, in whole BLOCK_N tiles so only the sequence's last tile is ragged.
-    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
-    start = split * tiles_per_split * BLOCK_N
-    end = tl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+    start, end = _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -353,13 +360,7 @@ def paged_decode_attention(
     constexprs = _constexprs(key, config, plan.split)
 
     out = torch.empty_like(q)
-    if plan.split:
-        part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
-        part_strides = (part_out.stride(0), part_out.stride(1), part_out.stride(2),
-                        part_lse.stride(0), part_lse.stride(1))
-    else:  # unused by the kernel; any tensor satisfies the signature
-        part_out, part_lse, part_strides = out, out, (0, 0, 0, 0, 0)
+    part_out, part_lse, part_strides = split_buffers(plan, q, out)
     _paged_decode_kernel[plan.grid](
         q, k_cache, v_cache, block_tables, seq_lens,
         ks if ks is not None else out, vs if vs is not None else out,

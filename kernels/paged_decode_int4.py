@@ -38,10 +38,11 @@ from kernels.decode_launch import (  # noqa: E402
     checked_once,
     interpreted,
     signature,
+    split_buffers,
     split_plan,
 )
 from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool  # noqa: E402
-from kernels.paged_decode import LOG2_E, MIN_GROUP_PAD, _write_output, merge_splits  # noqa: E402
+from kernels.paged_decode import LOG2_E, MIN_GROUP_PAD, _split_range, _write_output, merge_splits  # noqa: E402
 
 __all__ = ["paged_decode_int4", "default_int4_config"]
 
@@ -123,10 +124,7 @@ def _paged_decode_int4_kernel(
     kv_head = tl.program_id(0)
     seq = tl.program_id(1)
     split = tl.program_id(2)
-    seq_len = tl.load(seq_lens_ptr + seq)
-    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
-    start = split * tiles_per_split * BLOCK_N
-    end = tl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+    start, end = _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_h = tl.arange(0, HALF)
@@ -244,13 +242,7 @@ def paged_decode_int4(
     plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n)
     group = n_q_heads // n_kv_heads
     out = torch.empty_like(q)
-    if plan.split:
-        part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=torch.float32, device=q.device)
-        part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
-        part_strides = (part_out.stride(0), part_out.stride(1), part_out.stride(2),
-                        part_lse.stride(0), part_lse.stride(1))
-    else:
-        part_out, part_lse, part_strides = out, out, (0, 0, 0, 0, 0)
+    part_out, part_lse, part_strides = split_buffers(plan, q, out)
     _paged_decode_int4_kernel[plan.grid](
         q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
         out, part_out, part_lse,
