@@ -33,6 +33,7 @@ class DecodeConfig:
     num_warps: int = 4
     num_stages: int = 3
     fp8_qk_dot: bool = False  # FP8 cache: q.k^T in e4m3 (query quantised per program) instead of fp16
+    waves: int = 2  # waves of resident programs the split count aims at (see default_num_splits)
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -41,6 +42,8 @@ class DecodeConfig:
             raise ValueError(f"num_warps must be 1, 2, 4, 8 or 16, got {self.num_warps}")
         if self.num_stages < 1:
             raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
+        if self.waves not in (1, 2):
+            raise ValueError(f"waves must be 1 or 2, got {self.waves}")
 
 
 def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
@@ -49,14 +52,16 @@ def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
     Measured on the H200 (benchmarks/NOTES-decode.md, rounds 1-3): for bf16 KV at d = 128,
     64-token tiles, 4 warps, 3 stages are within 1 % of the best of 18 configurations at every
     shape with batch x context >= 128K. FP8 KV: 128-token tiles, 2 stages and the e4m3 q.k^T dot
-    (1.38x the bf16 kernel against 1.09x for fp16 dots). The K and V tiles of one step are
+    (1.38x the bf16 kernel against 1.09x for fp16 dots), split for one wave instead of two (FP8
+    ran 1.24x bf16 at batch 8 x 32K with 5 splits against 1.12x with the bf16 rule's 8, and 1.22x
+    against 1.13x at batch 1 x 128K with 34 against 66). The K and V tiles of one step are
     ``2 * block_n * head_dim * bytes`` and ``num_stages`` of them sit in shared memory (228 KiB
     per SM), so the tile shrinks for head_dim 256.
     """
     if head_dim >= 256:
         return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
     if kv_dtype == FP8_DTYPE:
-        return DecodeConfig(block_n=128, num_warps=4, num_stages=2, fp8_qk_dot=True)
+        return DecodeConfig(block_n=128, num_warps=4, num_stages=2, fp8_qk_dot=True, waves=1)
     return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
 
 
@@ -67,7 +72,7 @@ def sm_count(device_index: int) -> int:
 
 
 def default_num_splits(
-    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int
+    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2
 ) -> int:
     """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
 
@@ -79,10 +84,14 @@ def default_num_splits(
     ``4 * sm_count`` programs, round the split count to the neighbour that wastes less of the
     last wave, keep at least 4 tiles per split, and do not split once ``batch * n_kv_heads``
     alone makes two waves.
+
+    ``waves=1`` (the FP8 kernel, whose programs do more work per byte) aims at one wave and
+    breaks a tie between equally full waves toward more splits: batch 32 x 32K FP8 ran 0.808 ms
+    with 2 splits and 0.832 with 1 (benchmarks/NOTES-decode.md, round 8).
     """
     programs = batch * n_kv_heads
     slots = 2 * sm_count  # programs resident at once
-    target = 2 * slots  # two waves
+    target = waves * slots
     if programs >= target:
         return 1
     ideal = target / programs
@@ -92,6 +101,7 @@ def default_num_splits(
         total = programs * splits
         return total / (cdiv(total, slots) * slots)
 
-    splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), -s))
+    toward = 1 if waves == 1 else -1  # on a tie: more splits for one wave, fewer for two
+    splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), toward * s))
     tiles = cdiv(max_len, block_n)
     return max(1, min(splits, max(1, tiles // 4), MAX_SPLITS))

@@ -66,11 +66,11 @@ class SplitPlan:
 
 @lru_cache(maxsize=256)
 def split_plan(batch: int, n_kv_heads: int, max_len: int, device: torch.device, num_splits: int | None,
-               block_n: int) -> SplitPlan:
+               block_n: int, waves: int = 2) -> SplitPlan:
     """The split count (``default_num_splits`` unless given) and grid for a call."""
     if num_splits is None:
         sms = sm_count(device.index or 0) if device.type == "cuda" else 4
-        num_splits = default_num_splits(batch, n_kv_heads, max_len, block_n, sms)
+        num_splits = default_num_splits(batch, n_kv_heads, max_len, block_n, sms, waves)
     return SplitPlan(grid=(n_kv_heads, batch, num_splits), num_splits=num_splits)
 
 

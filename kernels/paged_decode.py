@@ -356,7 +356,7 @@ def paged_decode_attention(
         check_values(block_tables, seq_lens, num_blocks, block_size)
     config = config or default_config(head_dim, k_cache.dtype)
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
-    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n)
+    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n, config.waves)
     constexprs = _constexprs(key, config, plan.split)
 
     out = torch.empty_like(q)

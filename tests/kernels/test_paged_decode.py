@@ -145,6 +145,11 @@ def test_default_num_splits_fills_the_gpu():
     assert default_num_splits(128, 8, 32768, 64, 132) == 1
     assert default_num_splits(1, 8, 64, 64, 132) == 1  # one tile: nothing to split
     assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
+    # FP8 aims at one wave of 264 programs; equally full waves tie toward more splits.
+    assert default_num_splits(8, 8, 32768, 128, 132, waves=1) == 4  # 256 programs (5 would make 1.2 waves)
+    assert default_num_splits(1, 8, 32768, 128, 132, waves=1) == 33  # 264 programs
+    assert default_num_splits(32, 8, 32768, 128, 132, waves=1) == 2  # 256 or 512: both 97 % full
+    assert default_num_splits(128, 8, 32768, 128, 132, waves=1) == 1
 
 
 def test_sm_scale_is_used():
