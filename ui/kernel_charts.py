@@ -1,100 +1,60 @@
-"""Tables and plotly figures of benchmark records for the live kernel page (no streamlit here).
+"""Plotly figures of benchmark records for the live kernel page (no streamlit here).
 
 Everything takes the benchmark's records (``kernels.bench.records``), so a run made in this
 session, the H200 results shipped in the repository and an uploaded JSON are drawn by the same
 code. Rates are decimal (TB/s, TFLOP/s); memory in GiB (2^30); times in ms or µs as labelled.
+Every axis carries its quantity and unit; :func:`plot_config` gives each chart plotly's own PNG
+export under a file name that says what it shows.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kernels.bench.live import InterpreterCheck
 from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, MixedResult, PrefillResult
 from kernels.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
-    Hardware, attainable_tflops, decode_contender_bytes, decode_flops, decode_model, mixed_contender_bytes,
-    prefill_contender_bytes, prefill_model, tflops,
+    attainable_tflops, decode_contender_bytes, decode_flops, decode_int4_kv_bytes, mixed_contender_bytes,
+    prefill_contender_bytes, tflops,
 )
+from ui.kernel_theory import DTYPE_BYTES, hardware_from_ceilings
+from ui.kernel_tables import contender_name as _name
 
-__all__ = ["CONTENDER_NAMES", "measurement_table", "roofline_rows", "roofline_figure", "decode_sweep_rows",
-           "prefill_sweep_rows", "sweep_figure", "memory_rows", "memory_figure", "theory_rows",
-           "softmax_step_figure", "hardware_from_ceilings", "DTYPE_BYTES", "target_rows", "interpreter_rows",
-           "shape_labels", "mixed_rows"]
+__all__ = ["roofline_rows", "roofline_figure", "roofline_points_frame", "decode_sweep_rows", "prefill_sweep_rows",
+           "sweep_figure", "memory_figure", "softmax_step_figure", "shape_labels", "plot_config", "CONTENDER_STYLE",
+           "ROOFLINE_FORMATS", "AXIS_TITLES"]
 
-CONTENDER_NAMES = {
-    "triton_paged": "Triton paged decode",
-    "triton_paged_fp8": "Triton paged decode, FP8 KV",
-    "gather_sdpa": "gather pages, then SDPA",
-    "sdpa_flash": "SDPA FLASH (contiguous)",
-    "sdpa_cudnn": "SDPA cuDNN (contiguous)",
-    "sdpa_efficient": "SDPA EFFICIENT (contiguous)",
-    "naive": "naive softmax(QKᵀ)V",
-    "triton_flash": "Triton tiled forward",
-    "triton_chunked": "Triton chunked prefill, one launch",
-    "triton_chunked_split": "Triton chunked prefill, chunks and rows in two launches",
+# One colour and marker per contender, so points at the same place stay apart by shape.
+CONTENDER_STYLE = {
+    "Triton paged decode": ("#1f77b4", "circle"),
+    "Triton paged decode, FP8 KV": ("#ff7f0e", "diamond"),
+    "Triton paged decode, INT4 KV": ("#9467bd", "star"),
+    "gather pages, then SDPA": ("#8c564b", "triangle-up"),
+    "SDPA FLASH (contiguous)": ("#2ca02c", "square"),
+    "SDPA cuDNN (contiguous)": ("#d62728", "x"),
+    "SDPA EFFICIENT (contiguous)": ("#17becf", "cross"),
+    "naive softmax(QKᵀ)V": ("#7f7f7f", "triangle-down"),
+    "Triton tiled forward": ("#1f77b4", "circle"),
+    "Triton chunked prefill, one launch": ("#1f77b4", "circle"),
+    "Triton chunked prefill, chunks and rows in two launches": ("#ff7f0e", "diamond"),
 }
-DTYPE_BYTES = {"bf16": 2, "fp16": 2}
-GIB = 2**30
 
 
-def _name(contender: str) -> str:
-    return CONTENDER_NAMES.get(contender, contender)
-
-
-def _pct(x: float | None) -> float | None:
-    return None if x is None else 100.0 * x
-
-
-def measurement_table(result: DecodeResult | PrefillResult) -> pd.DataFrame:
-    """One row per contender of one shape: time, rate, shares of the ceilings, error, memory."""
-    rows = []
-    for m in result.measurements:
-        rows.append({
-            "contender": _name(m.contender),
-            "status": m.status,
-            "median ms": m.median_ms,
-            f"rate ({m.unit or 'n/a'})": m.rate,
-            "% of measured ceiling": _pct(m.share_of_measured),
-            "% of datasheet": _pct(m.share_of_datasheet),
-            "max abs error vs fp32 reference": m.max_abs_err,
-            "extra memory MiB": None if m.peak_bytes is None else m.peak_bytes / 2**20,
-            "note": m.note,
-        })
-    return pd.DataFrame(rows)
-
-
-def target_rows(report: BenchReport) -> list[dict]:
-    """The report's targets as table rows."""
-    return [{"target": t.name, "measured": t.measured, "required": t.required, "met": t.met, "detail": t.detail}
-            for t in report.targets]
-
-
-def interpreter_rows(checks: tuple[InterpreterCheck, ...]) -> list[dict]:
-    """The interpreter check's records as table rows."""
-    return [{"kernel": c.kernel, "dtype": c.dtype, "shape": c.shape, "max abs error": c.max_abs_err,
-             "tolerance": c.tolerance, "ok": c.ok, "seconds": round(c.seconds, 2)} for c in checks]
+def plot_config(name: str) -> dict:
+    """``st.plotly_chart``'s config: the mode bar's camera saves a 2x PNG called ``name``."""
+    filename = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:80] or "chart"
+    return {"displaylogo": False,
+            "toImageButtonOptions": {"format": "png", "filename": filename, "scale": 2}}
 
 
 def shape_labels(records: tuple[DecodeResult, ...] | tuple[PrefillResult, ...]) -> list[str]:
     """One label per record of a report section, for the shape picker."""
     return [f"{r.shape.label} {getattr(r.shape, 'dtype', '')}" for r in records]
-
-
-def hardware_from_ceilings(ceilings: Ceilings, *, measured: bool) -> Hardware | None:
-    """The measured ceilings (None if not measured) or the datasheet's, as a ``Hardware``.
-
-    The copy figure counts read + write bytes, which is the streaming bandwidth a kernel that
-    reads one stream and writes another sees; it is used as the HBM bandwidth as it stands.
-    """
-    if measured:
-        if ceilings.copy_tbps is None or ceilings.matmul_tflops is None:
-            return None
-        return Hardware(name="measured in this run", hbm_tbps=ceilings.copy_tbps, tflops=ceilings.matmul_tflops)
-    return Hardware(name="datasheet", hbm_tbps=ceilings.datasheet_tbps, tflops=ceilings.datasheet_tflops)
 
 
 def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
@@ -112,9 +72,12 @@ def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
         elif isinstance(result, DecodeResult):
             s = result.shape
             flops = decode_flops(s.batch, s.context, s.n_q_heads, s.head_dim)
-            nbytes = decode_contender_bytes(m.contender, batch=s.batch, context=s.context, n_q_heads=s.n_q_heads,
-                                            n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
-                                            bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
+            if m.contender == "triton_paged_int4":  # 4-bit codes plus their fp16 scales
+                nbytes = decode_int4_kv_bytes(s.batch, s.context, s.n_kv_heads, s.head_dim)
+            else:
+                nbytes = decode_contender_bytes(m.contender, batch=s.batch, context=s.context,
+                                                n_q_heads=s.n_q_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
+                                                bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
         else:
             s = result.shape
             flops = result.flops
@@ -126,8 +89,13 @@ def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["contender", "intensity", "tflops", "median ms"])
 
 
-def roofline_figure(result: DecodeResult | PrefillResult, ceilings: Ceilings) -> go.Figure:
-    """Points per contender under the measured and datasheet roofs (log-log)."""
+def roofline_figure(result: DecodeResult | PrefillResult | MixedResult, ceilings: Ceilings) -> go.Figure:
+    """Points per contender under the measured and datasheet roofs (log-log).
+
+    Contenders on the same shape often share an intensity and land within a few percent of
+    each other (all the contiguous SDPA backends read the same bytes), so each has its own
+    colour and marker, drawn hollow and in decreasing sizes: coincident points show as rings.
+    """
     pts = roofline_rows(result)
     lo = 0.3 if pts.empty else max(0.1, float(pts["intensity"].min()) / 3)
     hi = 3000.0 if pts.empty else max(3000.0, float(pts["intensity"].max()) * 3)
@@ -140,14 +108,28 @@ def roofline_figure(result: DecodeResult | PrefillResult, ceilings: Ceilings) ->
         ys = [attainable_tflops(x, hbm_tbps=hw.hbm_tbps, tflops=hw.tflops) for x in xs]
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"dash": dash, "color": "grey"},
                                  name=f"roof, {hw.name}: {hw.hbm_tbps:.2f} TB/s, {hw.tflops:.0f} TFLOP/s"))
-    for row in pts.itertuples():
-        fig.add_trace(go.Scatter(x=[row.intensity], y=[row.tflops], mode="markers", marker={"size": 12},
-                                 name=row.contender,
-                                 hovertemplate=f"{row.contender}<br>%{{x:.2f}} FLOP/B<br>%{{y:.2f}} TFLOP/s"
-                                               f"<br>{row._4:.3f} ms<extra></extra>"))
+    for i, row in enumerate(pts.itertuples()):
+        color, symbol = CONTENDER_STYLE.get(row.contender, ("#bcbd22", "hexagon"))
+        fig.add_trace(go.Scatter(
+            x=[row.intensity], y=[row.tflops], mode="markers", name=row.contender,
+            marker={"size": max(10, 22 - 2 * i), "color": color, "symbol": f"{symbol}-open",
+                    "line": {"width": 2.5, "color": color}},
+            hovertemplate=f"{row.contender}<br>%{{x:.2f}} FLOP/B<br>%{{y:.2f}} TFLOP/s"
+                          f"<br>{row._4 * 1e3:,.1f} µs<extra></extra>"))
     fig.update_layout(title=f"Roofline: {result.shape.label}", xaxis_title="arithmetic intensity (FLOP per HBM byte)",
-                      yaxis_title="achieved TFLOP/s", xaxis_type="log", yaxis_type="log", height=460)
+                      yaxis_title="achieved rate (TFLOP/s)", xaxis_type="log", yaxis_type="log", height=480,
+                      hovermode="closest", legend={"title": {"text": "contender (hollow markers)"}})
     return fig
+
+
+def roofline_points_frame(result: DecodeResult | PrefillResult | MixedResult) -> pd.DataFrame:
+    """The roofline's points as a readable table (points that overlap on the chart stay apart here)."""
+    pts = roofline_rows(result)
+    return pd.DataFrame({"Contender": pts["contender"], "FLOP per HBM byte": pts["intensity"],
+                         "TFLOP/s": pts["tflops"], "Time (µs)": pts["median ms"] * 1e3})
+
+
+ROOFLINE_FORMATS = {"FLOP per HBM byte": ",.2f", "TFLOP/s": ",.2f", "Time (µs)": ",.1f"}
 
 
 def _same_heads(a: DecodeShape, b: DecodeShape) -> bool:
@@ -182,11 +164,8 @@ def prefill_sweep_rows(report: BenchReport, causal: bool, head_dim: int, dtype: 
     return pd.DataFrame(rows, columns=["N", "contender", "TFLOP/s", "heads", "batch"]).sort_values(["N", "contender"])
 
 
-def mixed_rows(report: BenchReport) -> pd.DataFrame:
-    """TFLOP/s and time of every contender on every mixed batch of a report."""
-    rows = [{"batch": r.shape.label, "contender": _name(m.contender), "TFLOP/s": m.rate, "median ms": m.median_ms}
-            for r in report.mixed for m in r.measurements if m.status == "ok" and m.rate is not None]
-    return pd.DataFrame(rows, columns=["batch", "contender", "TFLOP/s", "median ms"])
+AXIS_TITLES = {"context": "context per sequence (tokens)", "batch": "batch (sequences)", "N": "N (tokens per sequence)",
+               "TB/s": "KV read rate (TB/s)", "TFLOP/s": "achieved rate (TFLOP/s)"}
 
 
 def sweep_figure(rows: pd.DataFrame, x: str, y: str, title: str) -> go.Figure:
@@ -194,89 +173,36 @@ def sweep_figure(rows: pd.DataFrame, x: str, y: str, title: str) -> go.Figure:
     fig = go.Figure()
     for contender, part in rows.groupby("contender", sort=False):
         part = part.groupby(x, as_index=False)[y].max()  # one point per x even if shapes repeat
-        fig.add_trace(go.Scatter(x=part[x], y=part[y], mode="lines+markers", name=contender))
-    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, xaxis_type="log", height=420)
+        color, symbol = CONTENDER_STYLE.get(contender, (None, "circle"))
+        fig.add_trace(go.Scatter(x=part[x], y=part[y], mode="lines+markers", name=contender,
+                                 marker={"symbol": symbol, "size": 9}, line={"color": color}))
+    fig.update_layout(title=title, xaxis_title=AXIS_TITLES.get(x, x), yaxis_title=AXIS_TITLES.get(y, y),
+                      xaxis_type="log", height=420)
     fig.update_xaxes(dtick=np.log10(2) * 1)
     return fig
-
-
-def memory_rows(report: BenchReport) -> pd.DataFrame:
-    rows = [{"N": p.seq_len, "contender": _name(p.contender), "status": p.status,
-             "peak GiB": None if p.peak_bytes is None else p.peak_bytes / GIB, "median ms": p.median_ms,
-             "heads": p.n_heads, "head dim": p.head_dim, "note": p.note} for p in report.memory]
-    return pd.DataFrame(rows, columns=["N", "contender", "status", "peak GiB", "median ms", "heads", "head dim",
-                                       "note"])
 
 
 def memory_figure(rows: pd.DataFrame) -> go.Figure:
     """Peak memory and time against N, naive and tiled; failed points marked on the axis."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=("peak memory above the inputs (GiB)", "median time (ms)"))
-    for i, (contender, part) in enumerate(rows.groupby("contender", sort=False)):
-        ok = part[part["status"] == "ok"]
+    for i, (contender, part) in enumerate(rows.groupby("Contender", sort=False)):
+        ok = part[part["Status"] == "ok"]
         color = ["#d62728", "#1f77b4", "#2ca02c"][i % 3]
-        for col, y in ((1, "peak GiB"), (2, "median ms")):
-            fig.add_trace(go.Scatter(x=ok["N"], y=ok[y], mode="lines+markers", name=contender,
+        for col, y in ((1, "Peak above inputs (GiB)"), (2, "Median (ms)")):
+            fig.add_trace(go.Scatter(x=ok["N (tokens)"], y=ok[y], mode="lines+markers", name=contender,
                                      line={"color": color}, showlegend=col == 1), row=1, col=col)
-        failed = part[part["status"] != "ok"]
+        failed = part[part["Status"] != "ok"]
         if not failed.empty:
-            fig.add_trace(go.Scatter(x=failed["N"], y=[0.0] * len(failed), mode="markers+text",
+            fig.add_trace(go.Scatter(x=failed["N (tokens)"], y=[0.0] * len(failed), mode="markers+text",
                                      marker={"symbol": "x", "size": 14, "color": color},
-                                     text=failed["status"].str.upper(), textposition="top center",
-                                     name=f"{contender}: {', '.join(sorted(set(failed['status'])))}"),
+                                     text=failed["Status"].str.upper(), textposition="top center",
+                                     name=f"{contender}: {', '.join(sorted(set(failed['Status'])))}"),
                           row=1, col=1)
-    fig.update_xaxes(type="log", title_text="N (tokens)")
+    fig.update_xaxes(type="log", title_text="N (tokens per sequence)")
+    fig.update_yaxes(title_text="peak memory above the inputs (GiB)", row=1, col=1)
+    fig.update_yaxes(title_text="median time (ms)", row=1, col=2)
     fig.update_layout(height=420, title="Naive against tiled attention as N grows")
     return fig
-
-
-def theory_rows(result: DecodeResult | PrefillResult, ceilings: Ceilings) -> pd.DataFrame:
-    """The reference page's model for this shape beside the measured times (µs)."""
-    rows = []
-    for measured in (True, False):
-        hw = hardware_from_ceilings(ceilings, measured=measured)
-        if hw is None:
-            continue
-        if isinstance(result, MixedResult):
-            s = result.shape
-            memory_s, compute_s = hw.seconds_to_move(result.hbm_bytes), hw.seconds_to_compute(result.flops)
-            rows += [
-                {"quantity": f"batch: sequences / query tokens / decode rows ({hw.name})",
-                 "model": f"{len(s.q_lens)} / {sum(s.q_lens):,} / {s.n_decode}"},
-                {"quantity": f"FLOPs of the visible (query, key) pairs / least HBM bytes ({hw.name})",
-                 "model": f"{result.flops / 1e12:,.3f} TFLOP / {result.hbm_bytes / 1e9:,.3f} GB "
-                          f"({result.flops / result.hbm_bytes:,.0f} FLOP/B)"},
-                {"quantity": f"memory-bound / compute-bound time ({hw.name})",
-                 "model": f"{memory_s * 1e6:,.1f} µs / {compute_s * 1e6:,.1f} µs → "
-                          f"{'memory' if memory_s > compute_s else 'compute'}-bound"},
-            ]
-        elif isinstance(result, PrefillResult):
-            s = result.shape
-            model = prefill_model(seq_len=s.seq_len, head_dim=s.head_dim, n_heads=s.n_q_heads, batch=s.batch,
-                                  bytes_per_value=DTYPE_BYTES.get(s.dtype, 2), hardware=hw, causal=s.causal)
-            rows += [
-                {"quantity": f"N×N matrix per head / whole shape ({hw.name})",
-                 "model": f"{model.matrix_bytes_per_head / 2**20:,.1f} MiB / {model.matrix_bytes_layer / GIB:,.2f} GiB"},
-                {"quantity": f"HBM traffic standard / tiled ({hw.name})",
-                 "model": f"{model.standard_traffic_layer / 1e9:,.3f} GB / {model.tiled_traffic_layer / 1e9:,.4f} GB"
-                          f" ({model.traffic_ratio:.0f}× less)"},
-                {"quantity": f"standard: memory-bound / compute-bound time ({hw.name})",
-                 "model": f"{model.standard_memory_s * 1e6:,.1f} µs / {model.compute_s * 1e6:,.1f} µs "
-                          f"→ {model.standard_bound}-bound"},
-                {"quantity": f"tiled: memory-bound / compute-bound time ({hw.name})",
-                 "model": f"{model.tiled_memory_s * 1e6:,.2f} µs / {model.compute_s * 1e6:,.1f} µs "
-                          f"→ {model.tiled_bound}-bound"},
-            ]
-        else:
-            s = result.shape
-            model = decode_model(batch=s.batch, context=s.context, n_q_heads=s.n_q_heads, n_kv_heads=s.n_kv_heads,
-                                 head_dim=s.head_dim, bytes_per_value=DTYPE_BYTES.get(s.dtype, 2), hardware=hw)
-            rows.append({"quantity": f"KV bytes ÷ bandwidth ({hw.name})",
-                         "model": f"{model.kv_bytes / 1e9:,.3f} GB ÷ {hw.hbm_tbps:.2f} TB/s = "
-                                  f"{model.memory_s * 1e6:,.1f} µs ({model.intensity:.0f} FLOP/B)"})
-    for m in result.measurements:
-        if m.status == "ok" and m.median_ms:
-            rows.append({"quantity": f"measured: {_name(m.contender)}", "model": f"{m.median_ms * 1e3:,.1f} µs"})
-    return pd.DataFrame(rows, columns=["quantity", "model"])
 
 
 def softmax_step_figure(run: OnlineSoftmaxRun, step_index: int) -> go.Figure:
@@ -288,12 +214,22 @@ def softmax_step_figure(run: OnlineSoftmaxRun, step_index: int) -> go.Figure:
                                         "running max m (old → new)", "running sum ℓ"))
     rows = list(range(*st_.rows))
     scores = np.where(np.isfinite(st_.scores), st_.scores, np.nan)
-    fig.add_trace(go.Heatmap(z=scores, x=list(range(*st_.cols)), y=rows, colorscale="Viridis",
-                             colorbar={"x": 0.42, "len": 0.9}, name="S"), row=1, col=1)
+    # The colour bar lies under the heat map, horizontally: at its right it would cover the
+    # next panel's y axis.
+    fig.add_trace(go.Heatmap(z=scores, x=list(range(*st_.cols)), y=rows, colorscale="Viridis", name="S",
+                             colorbar={"orientation": "h", "x": 0.225, "xanchor": "center", "y": -0.32,
+                                       "len": 0.45, "thickness": 12, "title": {"text": "score q·k / √d",
+                                                                              "side": "top"}}),
+                  row=1, col=1)
     m_old = np.where(np.isfinite(st_.m_old), st_.m_old, np.nan)
     fig.add_trace(go.Bar(x=rows, y=m_old, name="m before"), row=1, col=2)
     fig.add_trace(go.Bar(x=rows, y=st_.m_new, name="m after"), row=1, col=2)
     fig.add_trace(go.Bar(x=rows, y=st_.l, name="ℓ after"), row=1, col=3)
-    fig.update_yaxes(autorange="reversed", row=1, col=1)
-    fig.update_layout(height=380, barmode="group", title=f"Step {step_index + 1} of {len(run.steps)}")
+    fig.update_yaxes(autorange="reversed", title_text="query row", row=1, col=1)
+    fig.update_xaxes(title_text="key index", row=1, col=1)
+    for col, what in ((2, "running max m (score units)"), (3, "running sum ℓ (Σ e^(s − m))")):
+        fig.update_xaxes(title_text="query row", row=1, col=col)
+        fig.update_yaxes(title_text=what, row=1, col=col)
+    fig.update_layout(height=460, barmode="group", title=f"Step {step_index + 1} of {len(run.steps)}",
+                      margin={"b": 110}, legend={"orientation": "h", "y": 1.18, "x": 1, "xanchor": "right"})
     return fig

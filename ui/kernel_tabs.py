@@ -1,7 +1,8 @@
-"""The live kernel page's tabs that need no run of their own: sweep, memory, online softmax, correctness.
+"""The live kernel page's other tabs: roofline, sweep, page size, memory, online softmax, correctness.
 
-Streamlit rendering only; the tables and figures come from :mod:`ui.kernel_charts`, the
-numbers from :mod:`kernels`. Widget keys keep the page's ``k_`` prefix.
+Streamlit rendering only; the tables and figures come from :mod:`ui.kernel_charts`,
+:mod:`ui.kernel_tables` and :mod:`ui.kernel_pagesize`, the numbers from :mod:`kernels` and
+:mod:`simulation`. Every chart saves as PNG from its own mode bar; every table has a CSV download.
 """
 
 from __future__ import annotations
@@ -10,14 +11,24 @@ import numpy as np
 import streamlit as st
 
 from kernels.bench.live import interpreter_check
+from kernels.bench.records import BenchReport
 from kernels.online_softmax import online_softmax_attention, random_head
+from simulation.explorer import WorkloadSettings, build_workload
 from ui.gpu_lock import run_guarded
 from ui.kernel_charts import (
-    decode_sweep_rows, interpreter_rows, memory_figure, memory_rows, mixed_rows, prefill_sweep_rows,
-    softmax_step_figure, sweep_figure,
+    ROOFLINE_FORMATS, decode_sweep_rows, memory_figure, plot_config, prefill_sweep_rows, roofline_figure,
+    roofline_points_frame, softmax_step_figure, sweep_figure,
+)
+from ui.kernel_controls import page_size_controls, softmax_controls
+from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame, page_size_study
+from ui.kernel_results import download_csv
+from ui.kernel_tables import (
+    INTERPRETER_FORMATS, MEMORY_FORMATS, MIXED_FORMATS, interpreter_frame, memory_frame, mixed_frame, shown,
 )
 
-__all__ = ["sweep_tab", "memory_tab", "softmax_tab", "check_tab"]
+__all__ = ["roofline_tab", "sweep_tab", "page_size_tab", "memory_tab", "softmax_tab", "check_tab"]
+
+PS_REQUESTS = 10_000  # requests drawn from a preset for the page-size study (seed 0)
 
 
 @st.cache_data(show_spinner="Running the kernels under the Triton interpreter...")
@@ -31,51 +42,97 @@ def _softmax_run(n: int, d: int, tile_q: int, tile_k: int, causal: bool, seed: i
     return online_softmax_attention(q, k, v, tile_q=tile_q, tile_k=tile_k, causal=causal)
 
 
-def sweep_tab(report, result, kernel: str) -> None:
+@st.cache_data(show_spinner=False, max_entries=8)
+def _workload(choice: str):
+    kind, _, name = choice.partition(": ")
+    settings = WorkloadSettings(kind="trace" if kind == "Trace" else "preset", name=name, n=PS_REQUESTS, seed=0)
+    return build_workload(settings)
+
+
+def _chart(fig, key: str, name: str) -> None:
+    st.plotly_chart(fig, key=key, config=plot_config(name))
+
+
+def roofline_tab(result, ceilings) -> None:
+    _chart(roofline_figure(result, ceilings), "k_roofline", f"roofline_{result.shape.label}")
+    st.caption("x: FLOPs per byte the contender must move through HBM (gather-then-SDPA writes and re-reads the "
+               "gathered copy; naive prefill moves S and P; FP8 and INT4 KV read fewer bytes). Solid roof: "
+               "ceilings measured in the same run; dashed: datasheet. Hollow markers of different shapes and "
+               "sizes keep contenders at the same point apart; the table lists every point.")
+    points = roofline_points_frame(result)
+    st.dataframe(shown(points, ROOFLINE_FORMATS), hide_index=True, key="k_roof_points")
+    download_csv(points, f"roofline_{result.shape.label}", key="k_roof_csv", label="Download the points (CSV)")
+
+
+def sweep_tab(report: BenchReport, result, kernel: str) -> None:
     if kernel == "mixed":
         st.markdown("Every mixed batch of these results: one launch against two launches, gather-then-SDPA "
                     "and, for prefill-only batches, the dense forward and cuDNN on the same tokens.")
-        st.dataframe(mixed_rows(report), hide_index=True, key="k_mixed_rows")
+        rows = mixed_frame(report)
+        st.dataframe(shown(rows, MIXED_FORMATS), hide_index=True, key="k_mixed_rows")
+        download_csv(rows, "mixed_batches", key="k_mixed_csv", label="Download the mixed batches (CSV)")
         return
     if kernel == "decode":
         for axis in ("context", "batch"):
             rows = decode_sweep_rows(report, result.shape, axis)
             fixed = f"batch {result.shape.batch}" if axis == "context" else f"context {result.shape.context}"
             if rows[axis].nunique() > 1:
-                st.plotly_chart(sweep_figure(rows, axis, "TB/s", f"Decode KV read rate against {axis} ({fixed})"),
-                                key=f"k_sweep_{axis}")
+                _chart(sweep_figure(rows, axis, "TB/s", f"Decode KV read rate against {axis} ({fixed})"),
+                       f"k_sweep_{axis}", f"decode_sweep_{axis}_{fixed}")
             else:
                 st.caption(f"Fewer than two {axis} points at {fixed} in these results.")
         return
     rows = prefill_sweep_rows(report, result.shape.causal, result.shape.head_dim, result.shape.dtype)
     kind = "causal" if result.shape.causal else "non-causal"
-    st.plotly_chart(sweep_figure(rows, "N", "TFLOP/s", f"Prefill rate against N ({kind})"), key="k_sweep_n")
+    _chart(sweep_figure(rows, "N", "TFLOP/s", f"Prefill rate against N ({kind})"), "k_sweep_n", f"prefill_sweep_{kind}")
 
 
-def memory_tab(report) -> None:
-    mem = memory_rows(report)
+def page_size_tab(report: BenchReport) -> None:
+    """Which page size: the kernel's TB/s per block size beside the waste on the user's workload."""
+    st.markdown("The reference page's first open problem: *page size trades fragmentation against gather "
+                "overhead*. The kernel's side comes from these results' page-size study (the same kernel, only "
+                "the block size changes, block tables shuffled); the memory side from the simulator, each "
+                "request paged at its final length.")
+    work, ctx = page_size_controls()
+    try:
+        workload = _workload(work)
+    except ValueError as exc:
+        st.error(f"The workload could not be read: {exc}", icon=":material/error:")
+        return
+    study = page_size_study(report, workload, max_context=ctx)
+    if study is None:
+        st.info("These results hold no page-size study (`BenchReport.page_sizes`); the shipped H200 run has one.",
+                icon=":material/info:")
+        return
+    _chart(page_size_figure(study), "k_pagesize", f"page_size_{work}")
+    st.markdown(page_size_answer(study))
+    frame = page_size_frame(study)
+    st.dataframe(shown(frame, {**PAGE_SIZE_FORMATS, **{c: ".2f" for c in frame.columns if c.startswith("TB/s")}}),
+                 hide_index=True, key="k_pagesize_table")
+    download_csv(frame, f"page_size_{work}", key="k_pagesize_csv", label="Download the page-size study (CSV)")
+
+
+def memory_tab(report: BenchReport) -> None:
+    mem = memory_frame(report)
     if mem.empty:
         st.caption("No naive-vs-tiled memory points in these results.")
         return
-    st.plotly_chart(memory_figure(mem), key="k_memory_fig")
-    for row in mem[mem["status"] != "ok"].itertuples():
-        st.warning(f"N = {row.N:,}: {row.contender} → {row.status} {row.note}", icon=":material/warning:")
-    st.dataframe(mem, hide_index=True)
+    _chart(memory_figure(mem), "k_memory_fig", "naive_vs_tiled_memory")
+    for row in mem[mem["Status"] != "ok"].to_dict("records"):
+        st.warning(f"N = {row['N (tokens)']:,}: {row['Contender']} → {row['Status']} {row['Note']}",
+                   icon=":material/warning:")
+    st.dataframe(shown(mem, MEMORY_FORMATS), hide_index=True, key="k_memory_table")
+    download_csv(mem, "naive_vs_tiled_memory", key="k_memory_csv", label="Download the memory points (CSV)")
 
 
 def softmax_tab() -> None:
     """The reference page's tiled loop for one head in NumPy, one key tile per step."""
     st.markdown("The tiled loop of the reference page for **one head** in NumPy: per key tile the running "
                 "max *m* and sum *ℓ* are updated and the partial output rescaled by e^(m − m_new).")
-    c1, c2, c3, c4 = st.columns(4)
-    sn = c1.selectbox("N (tokens)", (16, 32, 64, 128), index=1, key="k_sm_n")
-    sd = c2.selectbox("Head dim", (8, 16, 64), index=1, key="k_sm_d")
-    tq = c3.selectbox("Query tile Br", (4, 8, 16, 32, 128), index=2, key="k_sm_tq")
-    tk = c4.selectbox("Key tile Bc", (4, 8, 16, 32), index=1, key="k_sm_tk")
-    sm = _softmax_run(sn, sd, tq, tk, st.toggle("Causal", key="k_sm_causal", value=False), 0)
-    step = st.slider("Step", 1, len(sm.steps), 1, key="k_sm_step")
+    n, d, tq, tk, causal, step = softmax_controls(lambda *a: len(_softmax_run(*a, 0).steps))
+    sm = _softmax_run(n, d, tq, tk, causal, 0)
     cur = sm.steps[step - 1]
-    st.plotly_chart(softmax_step_figure(sm, step - 1), key="k_sm_fig")
+    _chart(softmax_step_figure(sm, step - 1), "k_sm_fig", f"online_softmax_N{n}_step{step}")
     r0 = cur.rows[0]
     st.markdown(f"Query block {cur.q_block}, key tile {cur.k_block}. Row {r0}: m {cur.m_old[0]:.3f} → "
                 f"{cur.m_new[0]:.3f}, rescale e^(m − m_new) = {cur.rescale[0]:.4f}, ℓ = {cur.l[0]:.4f}"
@@ -92,7 +149,7 @@ def softmax_tab() -> None:
 def check_tab(*, gpu: bool, interpreting: bool) -> None:
     """Every measurement's own error, and without a GPU the kernels run under the interpreter."""
     st.markdown("Every measurement carries its own max error against the float32 reference (column "
-                "*max abs error vs fp32 reference* of the results table).")
+                "*Max abs error vs fp32* of the results table).")
     if gpu or not interpreting:
         return
     st.markdown("The kernels at a toy size on the CPU (Triton interpreter) against the float32 references.")
@@ -104,7 +161,9 @@ def check_tab(*, gpu: bool, interpreting: bool) -> None:
     if outcome.status != "ok":
         st.error(outcome.message, icon=":material/error:")
         return
-    st.dataframe(interpreter_rows(outcome.value), hide_index=True, key="k_interp_table")
+    frame = interpreter_frame(outcome.value)
+    st.dataframe(shown(frame, INTERPRETER_FORMATS), hide_index=True, key="k_interp_table")
+    download_csv(frame, "interpreter_check", key="k_interp_csv", label="Download the checks (CSV)")
     bad = [c for c in outcome.value if not c.ok]
     if bad:
         st.error(f"{len(bad)} check(s) above tolerance.", icon=":material/error:")

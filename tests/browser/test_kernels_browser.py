@@ -1,4 +1,4 @@
-"""The live kernel page in a real browser without a GPU: banner, upload, walk-through slider."""
+"""The live kernel page in a real browser without a GPU: banner, upload, walk-through slider, tab in the URL."""
 
 from pathlib import Path
 
@@ -28,8 +28,16 @@ def test_no_gpu_view_upload_and_online_softmax(app_url, page):
     assert page.locator('[data-testid="stPlotlyChart"]').count() >= 1
 
     # Online-softmax walk-through: move the step slider and read the step counter.
-    page.get_by_role("tab", name="Online softmax").click()
+    # Opening a tab reruns the page, which writes the tab into the URL; the walk-through's step too.
+    after_rerun(page, lambda: page.get_by_role("tab", name="Online softmax").click())
+    assert "tab=softmax" in page.url
     slider_press(page, "Step", times=3)
     page.get_by_text("Step 4 of 8").first.wait_for(timeout=30_000)
     assert float(metric_value(page, "Max |tiled − naive|")) < 1e-5
+    assert "sm_step=4" in page.url
+
+    # A shared link reopens the same tab and step.
+    goto(page, page.url)
+    page.get_by_text("Step 4 of 8").first.wait_for(timeout=60_000)
+    assert page.get_by_role("tab", name="Online softmax").get_attribute("aria-selected") == "true"
     assert page.locator('[data-testid="stException"]').count() == 0

@@ -10,6 +10,7 @@ recorded fixture; the page's run, progress, OOM and cancellation paths are the r
 from __future__ import annotations
 
 import json
+import re
 import threading
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from streamlit.testing.v1 import AppTest
 
 from kernels.bench.live import Backend
 from kernels.bench.records import read_bench_file
+from kernels.bench.shipped import RESULTS_DIR
 from kernels.runtime import interpreter_active
 from support.apptest import figures as _figures
 from support.apptest import metric_text as _metric
@@ -27,6 +29,10 @@ from support.paths import FIXTURES
 from ui.gpu_lock import GpuGate
 
 FIXTURE = FIXTURES / "kernels_bench_synthetic.json"
+
+
+def _download_labels(at) -> list[str]:
+    return [b.proto.label for b in at.get("download_button")]
 
 
 def _refuse(plan, progress):
@@ -50,7 +56,10 @@ def test_no_gpu_says_so_and_shows_shipped_results_with_provenance():
     assert "No CUDA GPU on this machine" in _texts(at.info)
     assert "synthetic fixture" in _texts(at.markdown)  # provenance of the shipped file
     assert at.radio(key="k_source").value.startswith("Shipped: kernels_bench_synthetic.json")
-    # Default shape B=1 L=4096 32/8 d=128 is in the fixture; its kernel runs at 3.6 TB/s there.
+    # The default shape B=8 L=32K is not in the fixture: the nearest (same heads, B=1 L=32K) is
+    # shown with a caption; the fixture's kernel runs at 3.6 TB/s there.
+    assert "not in these results" in _texts(at.caption)
+    assert at.selectbox(key="k_pick_decode").value == 1
     assert _metric(at, "Achieved TB/s") == "3.60"
     assert _metric(at, "Share of measured ceiling") == "90 %"  # 3.6 of the fixture's 4.0 TB/s
 
@@ -69,13 +78,16 @@ def test_roofline_places_decode_at_its_intensity():
 
 
 def test_sweep_and_memory_views_from_shipped_results():
-    at = _app(CPU).run()
+    at = _app(CPU)
+    at.query_params["batch"] = "1"
+    at.query_params["len"] = "4096"
+    at.run()
     titles = [f["layout"]["title"]["text"] for f in _figures(at)]
     assert any("against context (batch 1)" in t for t in titles)
     assert any("against batch (context 4096)" in t for t in titles)
     mem = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Naive against tiled"))
-    assert any("oom" in t["name"] for t in mem["data"])  # naive's OOM is drawn, not crashed on
-    assert "N = 32,768: naive softmax(QKᵀ)V → oom" in _texts(at.warning)
+    assert any("out of memory" in t["name"] for t in mem["data"])  # naive's OOM is drawn, not crashed on
+    assert "N = 32,768: naive softmax(QKᵀ)V → out of memory" in _texts(at.warning)
 
 
 def test_theory_beside_measurement_for_prefill():
@@ -88,11 +100,11 @@ def test_theory_beside_measurement_for_prefill():
     assert not at.exception
     assert at.radio(key="kernels.kernel").value == "prefill"
     table = at.dataframe[1].value  # theory beside measurement
-    text = " ".join(table["model"])
+    text = " ".join(table["Model or measurement"])
     # N = 4096 → S is 4096² × 2 B = 32 MiB per head; 4 × 32 heads → 4 GiB for the shape.
     assert "32.0 MiB / 4.00 GiB" in text
     assert "memory-bound" in text and "compute-bound" in text
-    assert any(q.startswith("measured: Triton tiled forward") for q in table["quantity"])
+    assert any(q.startswith("measured: Triton tiled forward") for q in table["Quantity"])
 
 
 def test_no_shipped_results_and_uploads(tmp_path):
@@ -116,15 +128,15 @@ def test_interpreter_run_at_toy_size():
     at.button(key="k_interp").click().run()
     assert not at.exception
     rows = at.dataframe[-1].value  # the correctness tab is drawn last
-    assert set(rows["kernel"]) == {"paged decode", "tiled forward", "chunked prefill"}
-    assert (rows["max abs error"] <= rows["tolerance"]).all()
-    assert (rows["max abs error"] > 0).all()  # a real low-precision computation, not a copy
+    assert set(rows["Kernel"]) == {"paged decode", "tiled forward", "chunked prefill"}
+    assert (rows["Within tolerance"] == "yes").all()
+    assert (rows["Max abs error"].astype(float) > 0).all()  # a real low-precision computation, not a copy
     assert "checks within tolerance" in _texts(at.success)
 
 
 def test_online_softmax_walkthrough():
     at = _app(CPU).run()
-    slider = at.slider(key="k_sm_step")
+    slider = at.slider(key="kernels.view.sm_step")
     # N 32, query tile 16, key tile 8: 2 query blocks × 4 key tiles.
     assert slider.max == 8
     slider.set_value(8).run()
@@ -153,7 +165,7 @@ def test_link_values_outside_the_options_are_ignored_with_a_notice():
     assert not at.exception
     notices = _texts(at.warning)
     assert "Link parameter `batch` ignored" in notices and "Link parameter `dtype` ignored" in notices
-    assert at.selectbox(key="kernels.batch").value == 1 and at.selectbox(key="kernels.dtype_prefill").value == "bf16"
+    assert at.selectbox(key="kernels.batch").value == 8 and at.selectbox(key="kernels.dtype_prefill").value == "bf16"
 
 
 def test_switching_kernel_drops_the_other_kernels_link_values_silently():
@@ -185,15 +197,15 @@ def test_gpu_mode_runs_and_shows_measured_figures():
     calls: list = []
     at = _app(_recorded_backend(calls)).run()
     assert "GPU: **recorded H200 (fixture)**" in _texts(at.success)
-    assert not at.get("download_button")  # nothing to download before a run
-    at.toggle(key="k_sweep").set_value(True).run()
+    assert "Download this session's runs (harness JSON)" not in _download_labels(at)  # nothing run yet
+    at.toggle(key="kernels.sweep").set_value(True).run()
     at.button(key="k_run").click().run()
     assert not at.exception
     assert len(calls) == 1 and calls[0].kernel == "decode" and calls[0].sweep
-    assert calls[0].decode.batch == 1 and calls[0].decode.context == 4096
+    assert calls[0].decode.batch == 8 and calls[0].decode.context == 32768  # the page opens on B=8 x 32K
     assert at.radio(key="k_source").value == "This session's runs"
     assert _metric(at, "Achieved TB/s") == "3.60"
-    assert at.get("download_button")
+    assert "Download this session's runs (harness JSON)" in _download_labels(at)
     assert any(f["layout"]["title"]["text"].startswith("Roofline") for f in _figures(at))
 
 
@@ -298,9 +310,9 @@ def test_gpu_mode_runs_a_mixed_batch_with_theory_beside_measurement():
     assert plan.kernel == "mixed" and plan.mixed.q_lens == (2048,) + (1,) * 256
     assert _metric(at, "Achieved TFLOP/s") == "500.00"  # 1 TFLOP in 2.0 ms
     theory = at.dataframe[1].value  # results table, then theory beside measurement
-    quantities = " ".join(theory["quantity"])
+    quantities = " ".join(theory["Quantity"])
     assert "FLOPs of the visible (query, key) pairs" in quantities
-    assert "1.000 TFLOP / 4.000 GB (250 FLOP/B)" in " ".join(theory["model"])
+    assert "1.000 TFLOP / 4.000 GB (250 FLOP/B)" in " ".join(theory["Model or measurement"])
     roof = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Roofline"))
     ours = next(t for t in roof["data"] if t["name"] == "Triton chunked prefill, one launch")
     # x: the record's FLOPs over the least bytes of the preset's sequences, by hand: K and V
@@ -309,6 +321,168 @@ def test_gpu_mode_runs_a_mixed_batch_with_theory_beside_measurement():
     # y: 1 TFLOP in 2 ms = 500 TFLOP/s.
     assert ours["x"][0] == pytest.approx(1e12 / 4_341_104_640)
     assert ours["y"][0] == pytest.approx(500.0)
-    targets = {r["target"]: r for r in at.dataframe[2].value.to_dict("records")}
-    assert targets["mixed_vs_split_launches"]["measured"] == pytest.approx(1.25)
-    assert targets["mixed_vs_gather_sdpa"]["measured"] == pytest.approx(10.0)
+    targets = {r["Target"]: r for r in at.dataframe[2].value.to_dict("records")}
+    assert targets["mixed_vs_split_launches"]["Measured"] == "1.250"
+    assert targets["mixed_vs_gather_sdpa"]["Measured"] == "10.000"
+
+
+# ---------------------------------------------------------------------------------- shipped H200 run
+
+
+def test_sidebar_shape_is_followed_after_the_first_render():
+    """Changing the sidebar's batch after the first render shows that shape (it is in the results)."""
+    at = _app(CPU, shipped_dir=RESULTS_DIR)
+    at.query_params["batch"] = "32"
+    at.query_params["len"] = "16384"
+    at.run()
+    # Shipped run, B=32 L=16K 32/8 d=128: 0.5023 ms by CUDA-graph replay (NOTES-decode.md, run 4).
+    assert _metric(at, "Kernel median time") == "502.3 µs"
+    at.selectbox(key="kernels.batch").set_value(8).run()
+    assert not at.exception
+    # B=8 L=16K: 0.13627 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 136.27 µs = 3.94 TB/s.
+    assert _metric(at, "Kernel median time") == "136.3 µs"
+    assert _metric(at, "Achieved TB/s") == "3.94"
+    assert "not in these results" not in _texts(at.caption)
+
+
+def _shipped_app(**query) -> AppTest:
+    at = _app(CPU, shipped_dir=RESULTS_DIR)
+    for k, v in query.items():
+        at.query_params[k] = v
+    return at.run()
+
+
+def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
+    at = _shipped_app()
+    assert not at.exception
+    # Shipped run, B=8 L=32K 32/8 d=128: 0.26185 ms replayed; 1,073,741,824 B / 261.85 µs = 4.10 TB/s,
+    # 96 % of the run's 4.27 TB/s copy (NOTES-decode.md run 4: "B=8 L=32K | 0.2619 ms, 4.10 TB/s").
+    assert _metric(at, "Kernel median time") == "261.9 µs"
+    assert _metric(at, "Achieved TB/s") == "4.10"
+    assert _metric(at, "Share of measured ceiling") == "96 %"
+    assert "not in these results" not in _texts(at.caption) and "launch-bound" not in _texts(at.info)
+    table = at.dataframe[0].value.set_index("Contender")
+    ours = table.loc["Triton paged decode"]
+    # The notes' row: eager 0.2631 ms, 0.979 x cuDNN, FP8 1.21 x and INT4 0.86 x the bf16 kernel.
+    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("261.9", "263.1", "0.979")
+    assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.21"
+    assert table.loc["Triton paged decode, INT4 KV", "× Triton bf16"] == "0.86"
+    assert table.loc["SDPA EFFICIENT (contiguous)", "Status"] == "unsupported"
+    assert table.loc["naive softmax(QKᵀ)V", "CUDA-graph replay (µs)"] == "—"  # timed eagerly only
+    for frame in (d.value for d in at.dataframe):
+        assert not any(re.fullmatch(r"[a-z]+(_[a-z0-9]+)+", str(c)) for c in frame.columns), list(frame.columns)
+        assert not frame.isin(["None", "nan", None]).any().any()
+
+
+def test_targets_are_shown_with_what_limits_the_unmet_ones():
+    at = _shipped_app()
+    targets = at.dataframe[2].value.set_index("Target")
+    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.207"  # NOTES-decode.md run 4: 1.21, not met
+    assert targets.loc["decode_fp8_vs_bf16", "Required"] == "≥ 1.7"
+    assert targets.loc["decode_eager_overhead_us", "Required"] == "≤ 40"
+    assert targets.loc["decode_eager_overhead_us", "Met"] == "no"  # 98.3 µs in run 4 (23.7 in run 3)
+    text = _texts(at.markdown)
+    assert "**7 of 14 met**" in text
+    assert "`decode_fp8_vs_bf16` (1.207, needs ≥ 1.7" in text and "through shared memory" in text
+    assert "`decode_large_tbps`" not in text.partition("What limits the unmet ones")[2]
+
+
+def test_small_shape_says_it_is_launch_bound():
+    at = _shipped_app(batch="1", len="4096")
+    # 2 x 4096 x 8 x 128 x 2 B = 16,777,216 B; at the run's 4.2736 TB/s copy: 3.93 µs; the call 13.6 µs.
+    note = _texts(at.info)
+    assert "This shape is launch-bound" in note
+    assert "16.8 MB of KV take 3.9 µs" in note and "the call takes 13.6 µs" in note
+
+
+def test_share_above_100_percent_is_explained():
+    at = _shipped_app(batch="128", len="32768")
+    # 4.4516 TB/s over the 4.2736 TB/s copy = 104 %; over the datasheet's 4.8 = 93 %.
+    assert _metric(at, "Share of measured ceiling") == "104 %"
+    assert "Over 100 % of the measured ceiling" in _texts(at.info) and "(93 % of it here)" in _texts(at.info)
+
+
+def test_picking_a_shape_writes_it_into_the_sidebar_and_the_url():
+    at = _shipped_app()
+    labels = at.selectbox(key="k_pick_decode").options
+    at.selectbox(key="k_pick_decode").set_value(next(i for i, lab in enumerate(labels)
+                                                      if lab.startswith("B=128 L=4096 H=32/8"))).run()
+    assert not at.exception
+    assert at.selectbox(key="kernels.batch").value == 128 and at.selectbox(key="kernels.len").value == 4096
+    assert at.query_params["batch"] == "128" and at.query_params["len"] == "4096"
+    assert _metric(at, "Kernel median time") == "498.5 µs"  # 0.49854 ms in the shipped run
+
+
+def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
+    at = _shipped_app(ps_work="Preset: Reference page, problem 4")
+    fig = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Which page size"))
+    lines = {t["name"]: t for t in fig["data"] if t["name"].startswith("kernel TB/s")}
+    assert set(lines) == {"kernel TB/s, batch 8 × 32,768", "kernel TB/s, batch 128 × 4,096"}
+    # NOTES-decode.md run 4: B=8 L=32K 4.06 / 4.07 / 4.10 / 4.14 / 4.12 / 4.14 / 4.14 TB/s at blocks 1 ... 256.
+    assert fig["data"][0]["x"] == ["1", "8", "16", "32", "64", "128", "256"]
+    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.06, 4.07, 4.10, 4.14, 4.12,
+                                                                                  4.14, 4.14]
+    waste = next(t for t in fig["data"] if t["name"] == "waste per sequence, simulated")
+    # Lengths uniform over 1,024-3,072 are spread evenly modulo every block: waste ≈ (B - 1) / 2.
+    assert waste["y"][0] == 0.0
+    assert waste["y"][-1] == pytest.approx(127.5, rel=0.03)
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "waste per sequence (tokens)"
+    answer = _texts(at.markdown)
+    assert "at most 2.2 % apart" in answer and "the page size is a memory choice" in answer
+    assert at.query_params["ps_work"] == "Preset: Reference page, problem 4"
+
+
+def test_page_size_study_by_hand():
+    """Every request 1,000 tokens: waste B·⌈1000/B⌉ − 1000 is 0, 0, 8, 24, 24, 24, 24 tokens."""
+    import numpy as np
+
+    from simulation.workloads import Workload
+    from ui.kernel_pagesize import page_size_study
+
+    report = read_bench_file(RESULTS_DIR / "h200-2026-12-01.json")
+    same = Workload(prompt_tokens=np.full(50, 600), output_tokens=np.full(50, 400), source="fixed 1,000")
+    study = page_size_study(report, same, max_context=32768)
+    assert study.block_sizes == (1, 8, 16, 32, 64, 128, 256)
+    assert study.waste_tokens == (0.0, 0.0, 8.0, 24.0, 24.0, 24.0, 24.0)
+    assert study.utilisation[2] == pytest.approx(1000 / 1008)
+    # Score = utilisation x mean relative rate (run 4's rates): block 8 scores
+    # (4.0672/4.1446 + 4.2758/4.3504)/2 = 0.9821 and block 16 0.99206 x (4.1005/4.1446 + 4.3013/4.3504)/2
+    # = 0.9812; the widest spread is batch 8's 4.1446 / 4.0564 (blocks 128 and 1).
+    assert study.best_block == 8
+    assert study.rate_spread == pytest.approx(4.1446 / 4.0564 - 1, abs=1e-4)
+
+
+def test_whole_view_state_round_trips_through_the_url():
+    at = _shipped_app(tab="pagesize", sm_n="64", sm_tq="8", sm_step="5", sweep="1")
+    assert not at.exception
+    assert at.session_state["kernels.view.tab"] == "pagesize"
+    assert at.session_state["k_tabs"] == ":material/grid_view: Page size"
+    assert at.selectbox(key="kernels.view.sm_n").value == 64 and at.slider(key="kernels.view.sm_step").value == 5
+    assert at.toggle(key="kernels.sweep").value is True
+    at.session_state["k_tabs"] = ":material/show_chart: Roofline"  # as if the user opened that tab
+    at.selectbox(key="kernels.view.sm_d").set_value(64).run()
+    assert at.query_params["tab"] == "roofline" and at.query_params["sm_d"] == "64"
+    at = _shipped_app(tab="nope", sm_step="9999")
+    notices = _texts(at.warning)
+    assert "Link parameter `tab` ignored" in notices and "Link parameter `sm_step` ignored" in notices
+
+
+def test_charts_have_axis_titles_png_export_and_apart_markers():
+    at = _shipped_app(batch="1", len="4096")
+    for fig in _figures(at):
+        for name, axis in fig["layout"].items():
+            if re.fullmatch(r"[xy]axis\d*", name) and fig["data"]:
+                assert axis.get("title", {}).get("text"), (fig["layout"]["title"]["text"], name)
+    for chart in at.get("plotly_chart"):
+        assert json.loads(chart.proto.config)["toImageButtonOptions"]["format"] == "png"
+    roof = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Roofline"))
+    points = [t for t in roof["data"] if t["mode"] == "markers"]
+    styles = {(t["marker"]["symbol"], t["marker"]["color"]) for t in points}
+    assert len(styles) == len(points)  # at batch 1 several sit at 4 FLOP/B: each keeps its own marker
+    heat = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Step "))
+    bar = heat["data"][0]["colorbar"]
+    # Horizontal, under the heat map: it ends before the second panel's y axis begins.
+    assert bar["orientation"] == "h" and bar["x"] + bar["len"] / 2 <= heat["layout"]["xaxis2"]["domain"][0]
+    labels = _download_labels(at)
+    assert "Download these results (harness JSON)" in labels and "Download the measurements (CSV)" in labels
+    assert "Download the page-size study (CSV)" in labels

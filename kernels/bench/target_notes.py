@@ -1,0 +1,71 @@
+"""What limits each benchmark target when a run misses it, in one sentence per target.
+
+The sentences summarise the measured findings kept in ``benchmarks/NOTES-decode.md`` and
+``benchmarks/NOTES-prefill.md`` (each version tried on the H200 and its figures); they sit
+next to :data:`kernels.bench.records.TARGET_SPECS` so that a page or a report naming an unmet
+target can say why in the same words. A target the kernels have always met still has a
+sentence: it says what the figure depends on, for a run on another GPU that misses it.
+"""
+
+from __future__ import annotations
+
+from kernels.bench.records import Target
+
+__all__ = ["TARGET_LIMITS", "limit_of"]
+
+TARGET_LIMITS: dict[str, str] = {
+    "decode_large_tbps":
+        "Decode streams the KV cache once, so its rate is capped by HBM bandwidth; below the target the "
+        "grid does not fill the SMs or the block loads are too short to keep enough bytes in flight.",
+    "decode_large_vs_cudnn":
+        "cuDNN runs one fused kernel on contiguous KV, while this kernel pays a split pass plus a merge "
+        "launch and a block-table lookup per token; a merge fused into the split kernel was tried and "
+        "was slower, so the last 2-4 % remain.",
+    "decode_large_vs_gather":
+        "Gather-then-SDPA writes and re-reads a contiguous copy (3x the bytes); a ratio below the "
+        "target means the kernel itself runs far under the bandwidth limit.",
+    "decode_b1_32k_vs_cudnn":
+        "At batch 1 only 8 KV heads exist, so the context is split 66 ways and merged by a second "
+        "launch; cuDNN does it in one fused kernel, and the fused merge tried here was slower "
+        "(0.93x of cuDNN).",
+    "decode_fp8_vs_bf16":
+        "The e4m3 values of V are converted to fp16 through shared memory before the p.V MMA, so "
+        "halving the bytes does not halve the time; an FP8 p.V MMA needs token-major V and lost "
+        "accuracy when tried.",
+    "decode_int4_vs_bf16":
+        "Every 4-bit value is unpacked in registers, written to shared memory as fp16 and reloaded for "
+        "the MMA, so the kernel processes elements at the bf16 kernel's rate; dequantising in the MMA "
+        "operand layout (Marlin's scheme) is not expressible in Triton 3.6.",
+    "decode_eager_overhead_us":
+        "What an eager call costs above a CUDA-graph replay is Triton's Python launch path for the "
+        "split kernel and its merge (about 30-60 us for two launches), and it varies with the host's load.",
+    "prefill_vs_flash_causal":
+        "The tiled forward is compute-bound; below the target its tile shape or pipeline depth does not "
+        "keep the tensor cores busy at this N.",
+    "prefill_vs_flash_noncausal":
+        "The tiled forward is compute-bound; below the target its tile shape or pipeline depth does not "
+        "keep the tensor cores busy at this N.",
+    "prefill_vs_cudnn_causal":
+        "cuDNN (like FlashAttention-3) ping-pongs two consumer warpgroups with named barriers and "
+        "reallocates registers between producer and consumers; Triton 3.6 exposes neither on Hopper, "
+        "which leaves a 15-25 % gap.",
+    "prefill_vs_cudnn_noncausal":
+        "cuDNN (like FlashAttention-3) ping-pongs two consumer warpgroups with named barriers and "
+        "reallocates registers between producer and consumers; Triton 3.6 exposes neither on Hopper, "
+        "which leaves a 15-25 % gap.",
+    "mixed_vs_split_launches":
+        "One launch saves the second launch and the idle tail of the first; below the target the "
+        "chunk programs and the decode programs are not balanced across the SMs.",
+    "mixed_vs_gather_sdpa":
+        "Gather-then-SDPA copies the paged prefixes into padded tensors; a ratio below the target "
+        "means the batch has little cached prefix to copy.",
+    "chunked_prefill_vs_dense":
+        "The paged varlen kernel looks up a block per key tile that the dense forward does not; below "
+        "the target the lookups or the ragged last tiles cost more than the dense forward's tuning gains.",
+}
+
+
+def limit_of(target: Target) -> str | None:
+    """The sentence on what limits ``target`` when it is not met (None when it is met)."""
+    return None if target.met else TARGET_LIMITS.get(target.name)
+
