@@ -23,6 +23,7 @@ from sizing.report import SizingReport, SizingRequest, size_deployment
 from sizing.weights import AUTO
 from ui.engine_view import ENGINE_FIELDS, engine_controls, render_engine
 from ui.handoff import publish
+from ui.layout import stacking
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
 from ui.sizer_view import render_report
@@ -155,7 +156,7 @@ state = PageState("sizer", FIELDS)
 state.seed()
 for notice in state.notices:
     st.info(notice, icon=":material/link_off:")
-controls, results = st.columns([1, 2.3], gap="large")
+controls, results = stacking("sizer").columns([1, 2.3], gap="large")  # stacked below 1,100 px
 
 with controls:
     choice = model_controls(state, model_name(last_valid().model))

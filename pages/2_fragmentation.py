@@ -22,14 +22,15 @@ from simulation.workloads import Workload
 from sizing.presets import get_preset
 from hardware.gpus import get_gpu
 from ui import fragmentation_charts as charts
-from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TIMELINE_REQUESTS, Sidebar, page_state,
-                                       sidebar, step_gpus, step_models)
+from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TABS, TIMELINE_REQUESTS, Sidebar,
+                                       page_state, sidebar, step_gpus, step_models)
 from ui.fragmentation_views import block_table_section, figure2_section, prefix_section, sharing_section
+from ui.layout import chart, metric_row, page_tabs
 from ui.router import run_through_router
+from ui.tables import counted, readable, show
 from ui.url_state import PageState
 
 DEFAULT_WORKLOAD = WorkloadSettings(kind="lognormal")
-PERCENT = st.column_config.NumberColumn(format="percent")
 CATEGORY_WORDS = (
     "**Token states**: slots holding a token's keys and values now. "
     "**Reservation**: slots set aside for tokens the request will still produce. "
@@ -108,44 +109,45 @@ def snapshot_section(state: PageState, chosen: Sidebar, workload: Workload, key:
                             progress=None if random_moment else progress / 100)
     view = cached_snapshot(workload, key, config, chosen.workload.seed)
     result = view.result
-    cols = st.columns(4)
-    cols[0].metric("Requests that fit: contiguous", f"{result.contiguous.fit:,}")
-    cols[1].metric("Requests that fit: paged", f"{result.paged.fit:,}", f"{result.paged_gain:,.1f}× more")
-    cols[2].metric("Utilisation: contiguous", f"{result.contiguous.utilisation:.1%}")
-    cols[3].metric("Utilisation: paged", f"{result.paged.utilisation:.1%}")
-    cols = st.columns(4)
-    cols[0].metric("Empty slots per request: contiguous", f"{result.contiguous.waste_tokens_mean:,.1f}")
-    cols[1].metric("Empty slots per request: paged", f"{result.paged.waste_tokens_mean:,.1f}",
-                   help=f"At most B − 1 = {chosen.block_size - 1}; about B/2 on average.")
+    row = metric_row()
+    row.metric("Requests that fit: contiguous", f"{result.contiguous.fit:,}")
+    row.metric("Requests that fit: paged", f"{result.paged.fit:,}", f"{result.paged_gain:,.1f}× more")
+    row.metric("Utilisation: contiguous", f"{result.contiguous.utilisation:.1%}",
+               help="Slots holding a token over the slots reserved for the requests that fit.")
+    row.metric("Utilisation: paged", f"{result.paged.utilisation:.1%}")
+    row = metric_row()
+    row.metric("Empty slots per request: contiguous", f"{result.contiguous.waste_tokens_mean:,.1f}",
+               help="Token slots reserved but holding no token, mean over the requests that fit.")
+    row.metric("Empty slots per request: paged", f"{result.paged.waste_tokens_mean:,.1f}",
+               help=f"At most B − 1 = {chosen.block_size - 1}; about B/2 on average.")
     if result.paged_waste_bytes_mean is not None:
-        cols[2].metric("Wasted per request: contiguous", charts.format_bytes(result.contiguous_waste_bytes_mean))
-        cols[3].metric("Wasted per request: paged", charts.format_bytes(result.paged_waste_bytes_mean))
-    notes = [f"{result.requests:,} requests from {workload.source}"]
+        row.metric("Wasted per request: contiguous", charts.format_bytes(result.contiguous_waste_bytes_mean))
+        row.metric("Wasted per request: paged", charts.format_bytes(result.paged_waste_bytes_mean))
+    st.markdown(charts.why_paging_wins(result))
+    notes = [f"{counted(result.requests, 'request')} from {workload.source}"]
     if result.clipped:
         notes.append(f"{result.clipped:,} cut to the {chosen.max_context:,}-token context")
     if result.sample_reused:
         notes.append("more requests fit than were drawn: the sample is reused in order")
     st.caption("; ".join(notes) + ". Budget: " + charts.budget_caption(chosen.budget) + ".")
-    st.plotly_chart(charts.picture_figure(result), key="frag.chart.picture")
+    chart(charts.picture_figure(result), key="frag.chart.picture", file_name="requests_stored_both_ways")
     st.caption(f"The first {PICTURE_REQUESTS} requests on the same scale. Amber: reserved but empty; "
                "red: the partly empty last block.")
     left, right = st.columns(2)
-    with left:
-        st.plotly_chart(charts.sweep_figure(view.sweep), key="frag.chart.sweep")
-    with right:
-        st.plotly_chart(charts.breakdown_figure([r.name for r in view.rows], [r.summary.breakdown for r in view.rows],
-                                                "Where the memory goes (paper's fig. 2)"),
-                        key="frag.chart.breakdown")
+    chart(charts.sweep_figure(view.sweep), key="frag.chart.sweep", file_name="paged_waste_by_block_size", parent=left)
+    chart(charts.breakdown_figure([r.name for r in view.rows], [r.summary.breakdown for r in view.rows],
+                                  "Where the memory goes (paper's fig. 2)"),
+          key="frag.chart.breakdown", file_name="memory_breakdown", parent=right)
     table = charts.policy_table(view.rows)
-    st.dataframe(table, hide_index=True, key="frag.table", column_config={
-        "empty slots per request": st.column_config.NumberColumn(format="%.1f"),
-        **{c: PERCENT for c in table.columns if c not in ("scheme", "requests that fit", "empty slots per request")}})
+    show(readable(table, percent=[c for c in table.columns
+                                  if c not in ("scheme", "requests that fit", "empty slots per request")]),
+         key="frag.table", file_name="fragmentation_summary.csv", label="Summary as CSV")
     st.caption(CATEGORY_WORDS + f" Pow2 and Oracle differ only where the buddy allocator rounds their "
                f"reservations to different powers of two: here {view.pow2_oracle_same_chunk:.0%} of the requests get "
                "the same chunk under both, so they fit alike and only the split between internal (Pow2's "
                "reserve beyond the output) and external (rounding) changes.")
-    st.download_button(":material/download: Summary as CSV", table.to_csv(index=False).encode(),
-                       file_name="fragmentation_summary.csv", mime="text/csv", key="frag.download")
+    st.download_button("Snapshot as JSON", charts.snapshot_json(result, workload.source), key="frag.download_json",
+                       file_name="fragmentation_snapshot.json", mime="application/json", icon=":material/download:")
     state.sync()
 
 
@@ -198,33 +200,32 @@ def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key:
     poisson_rate = None if use_trace_arrivals else rate  # None: the trace's own arrival times
     seed = chosen.workload.seed
     result = cached_timeline(workload, key, poisson_rate, seed, config)
-    cols = st.columns(7)
-    cols[0].metric("Completed", f"{result.completed:,}", help=f"{result.rejected:,} never fit the budget")
-    cols[1].metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
-    cols[2].metric("Budget holding tokens (time average)", f"{result.token_state_fraction:.1%}")
-    cols[3].metric("Preemptions", f"{result.preemptions:,}",
-                   help=f"recomputed {result.recomputed_tokens:,} tokens, swapped {result.swapped_tokens:,}; "
-                        f"swap stalls {result.preemption_stall_s:,.1f} s")
-    cols[4].metric("Mean wait", f"{result.mean_wait_s:,.2f} s")
-    cols[5].metric("Mean TTFT", f"{result.mean_ttft_s:,.2f} s")
-    cols[6].metric("Mean TPOT", f"{result.mean_tpot_s * 1e3:,.1f} ms", help=f"mean step {result.mean_step_s * 1e3:.1f} ms")
+    row = metric_row()
+    row.metric("Completed", f"{result.completed:,}", help=f"{counted(result.rejected, 'request')} never fit the budget")
+    row.metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
+    row.metric("Budget holding tokens", f"{result.token_state_fraction:.1%}",
+               help="Share of the KV budget holding a token's keys and values, averaged over time.")
+    row.metric("Preemptions", f"{result.preemptions:,}",
+               help=f"recomputed {result.recomputed_tokens:,} tokens, swapped {result.swapped_tokens:,}; "
+                    f"swap stalls {result.preemption_stall_s:,.1f} s")
+    row.metric("Mean wait", f"{result.mean_wait_s:,.2f} s")
+    row.metric("Mean TTFT", f"{result.mean_ttft_s:,.2f} s")
+    row.metric("Mean TPOT", f"{result.mean_tpot_s * 1e3:,.1f} ms", help=f"mean step {result.mean_step_s * 1e3:.1f} ms")
     memory, load, wait = charts.timeline_figures(result, chosen.budget.tokens)
     st.caption("Lower the KV budget in the sidebar to watch the pool fill: contiguous reservations "
                "queue new requests, paging preempts running ones.")
-    st.plotly_chart(memory, key="frag.chart.memory")
+    chart(memory, key="frag.chart.memory", file_name="kv_memory_over_time")
     left, right = st.columns(2)
-    with left:
-        st.plotly_chart(load, key="frag.chart.load")
-    with right:
-        st.plotly_chart(wait, key="frag.chart.wait")
+    chart(load, key="frag.chart.load", file_name="batch_and_queue", parent=left)
+    chart(wait, key="frag.chart.wait", file_name="request_waits", parent=right)
     if st.toggle("Compare all allocators on this workload (four runs)", key=state.key("compare")):
         runs = [(each.allocation.value, cached_timeline(workload, key, poisson_rate, seed, each))
                 for each in allocator_configs(config)]
-        st.plotly_chart(charts.breakdown_figure([name for name, _ in runs], [r.breakdown for _, r in runs],
-                                                "Time-averaged memory per allocator (paper's fig. 2, over time)"),
-                        key="frag.chart.compare")
-        st.dataframe(charts.allocator_table(runs), hide_index=True, key="frag.compare_table",
-                     column_config={"token share of used memory": PERCENT})
+        chart(charts.breakdown_figure([name for name, _ in runs], [r.breakdown for _, r in runs],
+                                      "Time-averaged memory per allocator (paper's fig. 2, over time)"),
+              key="frag.chart.compare", file_name="allocators_over_time")
+        show(readable(charts.allocator_table(runs), percent=("token share of used memory",)),
+             key="frag.compare_table", file_name="allocators_over_time.csv")
     state.sync()
 
 
@@ -244,21 +245,26 @@ def main() -> None:
         st.caption(f":material/link_off: {notice}")
     chosen = sidebar(state)
     workload, key = load_workload(chosen)
-    snapshot_tab, timeline_tab, prefix_tab, paper_tab, sharing_tab, table_tab = st.tabs(
-        [":material/photo_camera: Snapshot", ":material/timeline: Over time", ":material/cached: Prefix caching",
-         ":material/menu_book: Paper's figure 2", ":material/share: Sharing", ":material/table_chart: Block table"])
-    with snapshot_tab:
-        snapshot_section(state, chosen, workload, key)
-    with timeline_tab:
-        timeline_section(state, chosen, workload, key)
-    with prefix_tab:
-        prefix_section(state, chosen, default_engine(chosen), chosen.workload.seed)
-    with paper_tab:
-        figure2_section()
-    with sharing_tab:
-        sharing_section(state, chosen)
-    with table_tab:
-        block_table_section(state, chosen)
+    # Only the open tab runs (the others' simulations wait until they are opened).
+    snapshot_tab, timeline_tab, prefix_tab, paper_tab, sharing_tab, table_tab = page_tabs(state, TABS)
+    if snapshot_tab.open:
+        with snapshot_tab:
+            snapshot_section(state, chosen, workload, key)
+    if timeline_tab.open:
+        with timeline_tab:
+            timeline_section(state, chosen, workload, key)
+    if prefix_tab.open:
+        with prefix_tab:
+            prefix_section(state, chosen, default_engine(chosen), chosen.workload.seed)
+    if paper_tab.open:
+        with paper_tab:
+            figure2_section()
+    if sharing_tab.open:
+        with sharing_tab:
+            sharing_section(state, chosen)
+    if table_tab.open:
+        with table_tab:
+            block_table_section(state, chosen)
     state.sync()
 
 

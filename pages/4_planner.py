@@ -15,8 +15,7 @@ from hardware.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
 from inputs.bounds import Bound
 from inputs.errors import InputError
 from inputs.uploads import upload_bytes
-from kernels.bench.live import merge_reports
-from kernels.bench.records import BenchJsonError, BenchReport, parse_bench_json
+from kernels.bench.records import MAX_BENCH_JSON_BYTES, BenchJsonError, BenchReport, parse_bench_json
 from planner.bandwidth import SOURCES_IN_ORDER, BandwidthEstimate, datasheet_estimate
 from planner.page_inputs import EDGE_DEVICE, EdgeInputs, ServerInputs, page_traffic, plan_edge_view, plan_server
 from planner.plan import DEFAULT_MAX_CONTEXT
@@ -25,15 +24,17 @@ from sizing.errors import SizingError
 from sizing.precisions import PRECISION_NAMES
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from ui.handoff import latest
-from ui.planner_charts import allocator_rows, edge_figure, fmt_ms, server_figure
+from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_field
+from ui.planner_charts import edge_figure, fmt_ms
+from ui.planner_view import render_server
 from ui.router import run_through_router
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
-from units import both, format_bytes, format_number
+from units import both, format_number
 
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel groups come in powers of two
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 TRAFFIC_KINDS = ("lognormal", "fixed", "preset", "trace")
-TRAFFIC_LABELS = {"lognormal": "Log-normal lengths", "fixed": "Every request the same length",
+TRAFFIC_LABELS = {"lognormal": "Log-normal lengths", "fixed": "Same length, all prompt but 1 output token",
                   "preset": "Published dataset", "trace": "Real trace (CSV)"}
 SIM_PRESETS = ("ShareGPT", "Alpaca", "Reference page, problem 4")
 POLICIES = {"max": "Orca-Max (reserve the maximum)", "pow2": "Orca-Pow2 (≤ 2 × output)",
@@ -44,7 +45,7 @@ SOURCE_LABELS = {"measured": "Harness run on this GPU", "h200-results": "Shipped
 # live-kernels page's BenchReports of this session.
 BENCH_BYTES_KEY = "planner.bench_json"
 KERNELS_RUNS_KEY = "kernels_session_runs"
-MAX_TRACE_BYTES = 5_000_000  # an uploaded trace larger than this is refused, not parsed
+MAX_TRACE_BYTES = 5 * 2**20  # an uploaded trace larger than this is refused, not parsed
 SHIPPED_TRACES = shipped_trace_names()
 TRACE_CHOICES = SHIPPED_TRACES or ("splitwise_conv.csv",)
 
@@ -53,6 +54,8 @@ def _bound(field: str, low: float, high: float, integer: bool = False) -> Bound:
     return Bound(field=field, low=low, high=high, integer=integer)
 
 
+TABS = tab_field("tab", "tab", {"server": ":material/dns: Server",
+                                "edge": ":material/precision_manufacturing: Edge (robot)"})
 # Each control once: URL name, session key, default, and its widget's range as the URL's bound.
 state = PageState("planner", [
     ChoiceField("model", "model", DEFAULT_PRESET, PRESET_IDS),
@@ -86,6 +89,7 @@ state = PageState("planner", [
     NumberField("fps", "fps", 2.0, _bound("fps", 0.1, 120.0)),
     NumberField("instr", "instruction", 512, _bound("instr", 0, 1_000_000, True)),
     NumberField("hz", "control_hz", 5.0, _bound("hz", 1.0, 50.0)),
+    TABS,
 ])
 
 
@@ -137,8 +141,8 @@ with st.sidebar:
     st.subheader(":material/tune: Bandwidth source")
     st.radio("Preferred source", SOURCES_IN_ORDER, key=key("source"), format_func=SOURCE_LABELS.get,
              help="The first available source down this list is used and labelled.")
-    uploaded_bench = st.file_uploader("Harness JSON (`python -m kernels.bench --json`)",
-                                      type=["json"], key=key("bench_upload"))
+    uploaded_bench = st.file_uploader("Harness JSON (`python -m kernels.bench --json`)", type=["json"],
+                                      key=key("bench_upload"), max_upload_size=MAX_BENCH_JSON_BYTES // 2**20)
     st.checkbox("Override bandwidth efficiency", key=key("override"))
     st.slider("Bandwidth efficiency", 0.1, 1.0, step=0.01, key=key("efficiency"),
               disabled=not value("override"))
@@ -150,19 +154,21 @@ with traffic_col:
     kind = value("traffic")
     trace_bytes, trace_name, trace_path = None, "uploaded trace", None
     if kind == "fixed":
-        st.number_input("Tokens per request", 2, 1_000_000, key=key("length"))
+        st.number_input("Tokens per request", 2, 1_000_000, key=key("length"),
+                        help="Each request is this many tokens from the start: the prompt is all but one "
+                             "token, and one output token is decoded (a full-length cache, as on the sizer).")
     elif kind == "lognormal":
         st.number_input("Mean tokens per request", 2, 1_000_000, key=key("mean"))
         st.slider("Sigma (log-space spread)", 0.0, 2.0, step=0.05, key=key("sigma"))
         st.slider("Prompt share of each request", 0.0, 1.0, step=0.05, key=key("prompt_share"))
     elif kind == "preset":
-        st.selectbox("Dataset", SIM_PRESETS, key=key("preset"))
+        st.selectbox("Dataset", SIM_PRESETS, key=key("preset"), format_func=identify_reference)
     else:
         if SHIPPED_TRACES:
             st.selectbox("Trace", SHIPPED_TRACES, key=key("trace"))
             trace_path = str(TRACES_DIR / value("trace"))
-        upload = st.file_uploader("…or upload a CSV (prompt and output token columns)",
-                                  type=["csv"], key=key("trace_upload"))
+        upload = st.file_uploader("…or upload a CSV (prompt and output token columns)", type=["csv"],
+                                  key=key("trace_upload"), max_upload_size=MAX_TRACE_BYTES // 2**20)
         if upload is not None:
             try:
                 trace_bytes = upload_bytes(upload.getvalue(), MAX_TRACE_BYTES, field="trace")
@@ -191,6 +197,8 @@ if st.session_state.get(BENCH_BYTES_KEY) is not None:
         st.sidebar.error(f"Harness JSON: {exc.message}. Falling back to the next source.",
                          icon=":material/error:")
 elif st.session_state.get(KERNELS_RUNS_KEY):
+    from kernels.bench.live import merge_reports  # needs torch and Triton: only once the kernel page ran
+
     measured = merge_reports(st.session_state[KERNELS_RUNS_KEY])
 
 server_inputs = ServerInputs(
@@ -203,95 +211,61 @@ server_inputs = ServerInputs(
     source=value("source"), efficiency=float(value("efficiency")) if value("override") else None,
     tpot_ms=float(value("tpot_ms")), ttft_ms=float(value("ttft_ms")), rate_per_s=float(value("rate")))
 
-server_tab, edge_tab = st.tabs([":material/dns: Server", ":material/precision_manufacturing: Edge (robot)"])
+try:
+    outcome = _plan(server_inputs, measured)
+except SizingError as exc:
+    st.error(f"{exc.field}: {exc.message}", icon=":material/error:")
+    outcome = None
+except ValueError as exc:  # a trace the simulator refuses names its row or column
+    st.error(f"{'Trace' if kind == 'trace' else 'Traffic'}: {exc}", icon=":material/error:")
+    outcome = None
+# Only the open tab is drawn; the edge tab uses the server plan's bandwidth source.
+server_tab, edge_tab = page_tabs(state, TABS)
 
 # ---- server view --------------------------------------------------------------------------------
-with server_tab:
-    try:
-        outcome = _plan(server_inputs, measured)
-    except SizingError as exc:
-        st.error(f"{exc.field}: {exc.message}", icon=":material/error:")
-        outcome = None
-    except ValueError as exc:  # a trace the simulator refuses names its row or column
-        st.error(f"{'Trace' if kind == 'trace' else 'Traffic'}: {exc}", icon=":material/error:")
-        outcome = None
-
-    if outcome is not None:
-        plan = outcome.plan
-        paged, contiguous = plan.paged, plan.contiguous
-        skipped = " Skipped: " + "; ".join(outcome.source_notes) + "." if outcome.source_notes else ""
-        st.info(f"**Bandwidth source: {SOURCE_LABELS[outcome.estimate.source]}.** "
-                f"{outcome.estimate.label}.{skipped}", icon=":material/info:")
-        cols = st.columns(4)
-        cols[0].metric("Users per GPU, paged", format_number(paged.users_per_gpu, 1),
-                       help="Concurrent sequences at the operating point ÷ TP")
-        cols[1].metric("Users per GPU, contiguous", format_number(contiguous.users_per_gpu, 1))
-        cols[2].metric("Tokens/s per GPU, paged", format_number(paged.tokens_per_s_per_gpu, 0))
-        cols[3].metric("Paging's throughput gain",
-                       "—" if plan.paged_gain is None else f"{plan.paged_gain:.2f}×")
-        budget = max(plan.kv_budget_bytes_per_gpu, 0)
-        cols = st.columns(4)
-        cols[0].metric("Users per node, paged", format_number(paged.users_per_node, 0))
-        cols[1].metric("TPOT at the paged batch", fmt_ms(None if paged.step is None else paged.step.step_s))
-        cols[2].metric("Time to first token", fmt_ms(plan.ttft_s))
-        cols[3].metric("KV budget per GPU", format_bytes(budget, largest="GiB"), help=both(budget))
-
-        st.markdown(f"**What limits paging:** {paged.explanation}")
-        st.markdown(f"**What limits contiguous allocation:** {contiguous.explanation}")
-        st.markdown(f"**The paper's 2–4×:** {plan.paper_check()}")
-        if plan.ttft_target_s is not None and plan.ttft_s > plan.ttft_target_s:
-            st.warning(f"TTFT: prefill of the mean prompt takes {fmt_ms(plan.ttft_s)}, over the "
-                       f"{fmt_ms(plan.ttft_target_s)} target.", icon=":material/warning:")
-        if plan.gpus_needed is not None:
-            st.markdown(f"**Arrival rate {plan.arrival_rate_per_s:g}/s** needs "
-                        f"{plan.required_concurrency:,.0f} sequences in flight (Little's law): "
-                        f"{plan.replicas_needed} paged replica(s) = {plan.gpus_needed} GPUs.")
-        if outcome.fits.clipped:
-            st.caption(f"{outcome.fits.clipped:,} requests were cut to the maximum context.")
-        st.plotly_chart(server_figure(plan), key="planner.chart")
-        st.dataframe(allocator_rows(plan), hide_index=True, key="planner.table")
-        st.caption(f"Traffic: {outcome.traffic_label}; mean {plan.context:,.0f} tokens per "
-                   "request, counted at full length (so the step time is an upper bound). "
-                   "Decode step = max(bytes read ÷ bandwidth, FLOPs ÷ matmul rate).")
+if server_tab.open and outcome is not None:
+    with server_tab:
+        render_server(outcome, source_label=SOURCE_LABELS[outcome.estimate.source], weight_dtype=value("w"))
 
 # ---- edge view ----------------------------------------------------------------------------------
-with edge_tab:
-    device = get_gpu(EDGE_DEVICE)
-    st.markdown(f"**{device.label}**: {format_number(device.memory_gb)} GB shared by the OS, "
-                f"perception, weights and KV cache; {device.bandwidth_tbs * 1e3:g} GB/s.")
-    left, right = st.columns(2)
-    with left:
-        st.selectbox("Model", PRESET_IDS, key=key("edge_model"), format_func=lambda i: get_preset(i).name)
-        st.selectbox("KV precision", PRECISION_NAMES, key=key("edge_kv"))
-        st.selectbox("Weight precision", PRECISION_NAMES, key=key("edge_w"))
-        st.number_input("OS share (GB)", 0.0, 64.0, step=0.5, key=key("os_gb"))
-        st.number_input("Perception share (GB)", 0.0, 64.0, step=0.5, key=key("perception_gb"))
-    with right:
-        st.number_input("Camera tokens per frame (all cameras)", 1, 100_000, key=key("frame_tokens"))
-        st.number_input("Frames per second", 0.1, 120.0, step=0.5, key=key("fps"))
-        st.number_input("Instruction tokens", 0, 1_000_000, key=key("instruction"))
-        st.slider("Control rate (Hz)", 1.0, 50.0, step=0.5, key=key("control_hz"))
-    # The server view's source applies here too (its efficiencies are ratios to the datasheet).
-    edge_estimate = outcome.estimate if outcome is not None else datasheet_estimate()
-    edge_inputs = EdgeInputs(
-        model_id=value("edge_model"), kv_dtype=value("edge_kv"), weight_dtype=value("edge_w"),
-        os_gb=float(value("os_gb")), perception_gb=float(value("perception_gb")),
-        tokens_per_frame=int(value("frame_tokens")), fps=float(value("fps")),
-        instruction_tokens=int(value("instruction")), control_hz=float(value("control_hz")))
-    try:
-        edge, history_curve = _edge(edge_inputs, edge_estimate)
-    except (SizingError, ValueError) as exc:
-        st.error(f"Edge view: {exc}", icon=":material/error:")
-        edge = None
-    if edge is not None:
-        cols = st.columns(4)
-        cols[0].metric("History that fits", f"{edge.history_s:,.1f} s")
-        cols[1].metric("Decode step at that context", fmt_ms(None if edge.step is None else edge.step.step_s))
-        cols[2].metric("Control-step budget", fmt_ms(edge.workload.control_step_s))
-        cols[3].metric("Usable history", f"{edge.usable_history_s:,.1f} s")
-        st.markdown(f"**What limits the robot:** {edge.explanation}")
-        st.caption(f"KV budget {both(max(edge.kv_budget_bytes, 0))} = {edge.kv_tokens:,} tokens; "
-                   f"bandwidth: {edge_estimate.label}.")
-        st.plotly_chart(edge_figure(edge, history_curve), key="planner.edge_chart")
+if edge_tab.open:
+    with edge_tab:
+        device = get_gpu(EDGE_DEVICE)
+        st.markdown(f"**{device.label}**: {format_number(device.memory_gb)} GB shared by the OS, "
+                    f"perception, weights and KV cache; {device.bandwidth_tbs * 1e3:g} GB/s.")
+        left, right = st.columns(2)
+        with left:
+            st.selectbox("Model", PRESET_IDS, key=key("edge_model"), format_func=lambda i: get_preset(i).name)
+            st.selectbox("KV precision", PRECISION_NAMES, key=key("edge_kv"))
+            st.selectbox("Weight precision", PRECISION_NAMES, key=key("edge_w"))
+            st.number_input("OS share (GB)", 0.0, 64.0, step=0.5, key=key("os_gb"))
+            st.number_input("Perception share (GB)", 0.0, 64.0, step=0.5, key=key("perception_gb"))
+        with right:
+            st.number_input("Camera tokens per frame (all cameras)", 1, 100_000, key=key("frame_tokens"))
+            st.number_input("Frames per second", 0.1, 120.0, step=0.5, key=key("fps"))
+            st.number_input("Instruction tokens", 0, 1_000_000, key=key("instruction"))
+            st.slider("Control rate (Hz)", 1.0, 50.0, step=0.5, key=key("control_hz"))
+        # The server view's source applies here too (its efficiencies are ratios to the datasheet).
+        edge_estimate = outcome.estimate if outcome is not None else datasheet_estimate()
+        edge_inputs = EdgeInputs(
+            model_id=value("edge_model"), kv_dtype=value("edge_kv"), weight_dtype=value("edge_w"),
+            os_gb=float(value("os_gb")), perception_gb=float(value("perception_gb")),
+            tokens_per_frame=int(value("frame_tokens")), fps=float(value("fps")),
+            instruction_tokens=int(value("instruction")), control_hz=float(value("control_hz")))
+        try:
+            edge, history_curve = _edge(edge_inputs, edge_estimate)
+        except (SizingError, ValueError) as exc:
+            st.error(f"Edge view: {exc}", icon=":material/error:")
+            edge = None
+        if edge is not None:
+            row = metric_row()
+            row.metric("History that fits", f"{edge.history_s:,.1f} s")
+            row.metric("Decode step at that context", fmt_ms(None if edge.step is None else edge.step.step_s))
+            row.metric("Control-step budget", fmt_ms(edge.workload.control_step_s))
+            row.metric("Usable history", f"{edge.usable_history_s:,.1f} s")
+            st.markdown(f"**What limits the robot:** {edge.explanation}")
+            st.caption(f"KV budget {both(max(edge.kv_budget_bytes, 0))} = {edge.kv_tokens:,} tokens; "
+                       f"bandwidth: {edge_estimate.label}.")
+            chart(edge_figure(edge, history_curve), key="planner.edge_chart", file_name="edge_history")
 
 state.sync()

@@ -25,6 +25,7 @@ from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
 from sizing.models import ModelShape
 from sizing.presets import get_preset
 from sizing.report import SizingReport, SizingRequest
+from ui.layout import metric_row
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 from units import GiB
 
@@ -114,7 +115,7 @@ def _recommended(deployment: EngineDeployment, engine: EngineReport, report: Siz
                    icon=":material/warning:")
         return
     st.markdown(f"**Recommended deployment for {deployment.users:,} users: {deployment.summary}.**")
-    r1, r2, r3 = st.columns(3)
+    r1 = r2 = r3 = metric_row()
     r1.metric("Recommended TP × replicas", f"{best.tp} × {best.replicas}")
     r2.metric("GPUs (whole replicas)", f"{best.gpus:,}")
     r3.metric("Requests per replica", f"{best.users_per_replica:,}",
@@ -126,7 +127,7 @@ def _recommended(deployment: EngineDeployment, engine: EngineReport, report: Siz
                f"uses the usable fraction of vendor memory instead of that profile.")
     if best.tp != engine.request.tp:
         st.markdown(f"Per GPU at the recommended TP {best.tp}:")
-        m1, m2, m3 = st.columns(3)
+        m1 = m2 = m3 = metric_row()
         m1.metric(f"Available KV cache memory (TP {best.tp})", f"{chosen.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
         m2.metric(f"GPU KV cache size (TP {best.tp})", f"{chosen.kv_cache_tokens:,} tokens")
         m3.metric(f"Maximum concurrency (TP {best.tp})", f"{chosen.max_concurrency:,.2f}×")
@@ -144,7 +145,7 @@ def _commands(engine: EngineReport) -> None:
 
 
 def _figures(engine: EngineReport, report: SizingReport, *, commands: bool) -> None:
-    m1, m2, m3 = st.columns(3)
+    m1 = m2 = m3 = metric_row()
     m1.metric("Available KV cache memory", f"{engine.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
     m2.metric("GPU KV cache size", f"{engine.kv_cache_tokens:,} tokens")
     m3.metric(f"Maximum concurrency at {engine.request.max_model_len:,}", f"{engine.max_concurrency:,.2f}×")
@@ -177,7 +178,8 @@ def _activation(model: ModelShape | str) -> ActivationShape | None:
 
 def _explainer(sizing: SizingRequest) -> None:
     with st.expander("Explain a vLLM start-up log", icon=":material/troubleshoot:"):
-        uploaded = st.file_uploader("Log file", type=["log", "txt"], key="engine_log_upload")
+        uploaded = st.file_uploader("Log file", type=["log", "txt"], key="engine_log_upload",
+                                    max_upload_size=MAX_LOG_BYTES // 2**20)
         pasted = st.text_area("…or paste it", key="engine_log_text", height=140)
         try:
             # Refused by size before anything is copied or decoded: an upload by its reported

@@ -17,6 +17,7 @@ from simulation.memory import GIB, KvBudget, MemoryBreakdown
 from simulation.sharing import SharingResult
 from simulation.snapshot import BlockSizeSweep, PolicyRow, SnapshotResult
 from simulation.timeline import TimelineResult
+from inputs.uploads import dumps_strict, finite_or_none
 from units import best_unit, to_unit
 
 POOL_COLUMNS = 16  # blocks per row in the block-table view's picture of the pool
@@ -25,6 +26,9 @@ SEQUENCE_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")  # one per demo 
 # Figure-2 colours: tokens blue, reservation amber, internal red, external purple, free grey.
 COLOURS = {"token_states": "#1f77b4", "reservation": "#f0a202", "internal_fragmentation": "#d62728",
            "external_fragmentation": "#9467bd", "free": "#d9d9d9"}
+# Horizontal legends sit below the plot, clear of the x-axis title (tests/ui/test_chart_layout.py
+# checks the gap in pixels), never over a chart's title.
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.3, x=0)
 LABELS = {"token_states": "token states", "reservation": "reservation",
           "internal_fragmentation": "internal fragmentation",
           "external_fragmentation": "external fragmentation", "free": "free"}
@@ -48,7 +52,7 @@ def picture_figure(result: SnapshotResult) -> go.Figure:
     fig.update_xaxes(range=[0, top], title_text="token slots")  # the same scale both ways
     fig.update_yaxes(autorange="reversed", title_text="request", row=1, col=1)
     fig.update_layout(barmode="stack", height=520, margin=dict(t=40, b=10),
-                      legend=dict(orientation="h", y=-0.12))
+                      legend=LEGEND_BELOW)
     return fig
 
 
@@ -61,7 +65,7 @@ def sweep_figure(sweep: BlockSizeSweep) -> go.Figure:
     fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=sweep.block_sizes, tickangle=0)
     fig.update_yaxes(title_text="empty slots per sequence (tokens)")
     fig.update_layout(height=380, margin=dict(t=40, b=10), title="Paged waste against block size",
-                      legend=dict(orientation="h", y=-0.3))
+                      legend=LEGEND_BELOW)
     return fig
 
 
@@ -73,7 +77,7 @@ def breakdown_figure(names: list[str], breakdowns: list[MemoryBreakdown], title:
         fig.add_bar(y=names, x=[100 * s[part] for s in shares], orientation="h", name=LABELS[part],
                     marker_color=colour)
     fig.update_layout(barmode="stack", height=380, title=title, margin=dict(t=40, b=10),
-                      xaxis_title="% of the KV budget", legend=dict(orientation="h", y=-0.3))
+                      xaxis_title="% of the KV budget", yaxis_title="scheme", legend=LEGEND_BELOW)
     return fig
 
 
@@ -94,7 +98,7 @@ def timeline_figures(result: TimelineResult, budget_tokens: int) -> tuple[go.Fig
     load.add_scatter(x=series.time_s, y=1e3 * series.step_s, name="step time (ms)", line=dict(dash="dash"),
                      secondary_y=True)
     load.update_layout(height=360, margin=dict(t=30, b=10), title="Batch, queue and preemptions",
-                       legend=dict(orientation="h", y=-0.3))
+                       legend=LEGEND_BELOW)
     load.update_xaxes(title_text="time (s)")
     load.update_yaxes(title_text="requests", rangemode="tozero", secondary_y=False)
     load.update_yaxes(title_text="preemptions / step ms", rangemode="tozero", secondary_y=True)
@@ -137,8 +141,8 @@ def sharing_figure(table: pd.DataFrame, block_size: int) -> go.Figure:
                 marker_color=COLOURS["free"])
     fig.add_bar(x=table["scenario"], y=table["blocks with sharing"], name="with sharing",
                 marker_color=COLOURS["token_states"])
-    fig.update_layout(barmode="group", height=340, margin=dict(t=30, b=10),
-                      yaxis_title=f"peak blocks of {block_size} tokens")
+    fig.update_layout(barmode="group", height=340, margin=dict(t=30, b=10), xaxis_title="scenario",
+                      yaxis_title=f"peak blocks of {block_size} tokens", legend=LEGEND_BELOW)
     return fig
 
 
@@ -181,6 +185,52 @@ def event_log(demo: BlockTableDemo, last: int = 12) -> pd.DataFrame:
     return pd.DataFrame([asdict(e) for e in demo.events[-last:]])
 
 
+POLICY_WORDS = {"max": "Max reserves the whole context for every request",
+                "pow2": "Pow2 reserves up to twice each request's output",
+                "oracle": "Oracle reserves exactly each request's final length"}
+
+
+def why_paging_wins(result: SnapshotResult) -> str:
+    """Why paging fits more requests here, in this snapshot's own figures."""
+    contiguous, paged, config = result.contiguous, result.paged, result.config
+    block = config.block_size
+    text = ("**Why paging wins here:** contiguous allocation sets memory aside before the tokens exist "
+            f"({POLICY_WORDS[config.policy.value]})"
+            + (", and the buddy allocator rounds each reservation up to a power of two" if
+               config.address_space.value == "buddy" else "") + ": "
+            f"{contiguous.waste_tokens_mean:,.0f} of the slots a request holds are empty on average, so "
+            f"{contiguous.utilisation:.1%} of the reserved memory holds tokens and {contiguous.fit:,} requests fit. "
+            f"Paging hands out {block}-token blocks as tokens arrive and only a request's last block is partly "
+            f"empty ({paged.waste_tokens_mean:,.1f} slots on average, at most B − 1 = {block - 1}), so "
+            f"{paged.utilisation:.1%} holds tokens and {paged.fit:,} requests fit"
+            + (f": {result.paged_gain:,.1f}× as many." if contiguous.fit else ", where contiguous fits none."))
+    if contiguous.fit and result.paged_gain < 1.05:
+        text += (" Here the two are close: the reservations are already tight, so paging has little "
+                 "empty space to give back.")
+    return text
+
+
+def snapshot_json(result: SnapshotResult, source: str) -> bytes:
+    """The snapshot's figures as strict JSON (the page's download)."""
+    config = result.config
+
+    def summary(allocation) -> dict:
+        return {"requests_fit": allocation.fit, "utilisation": finite_or_none(allocation.utilisation),
+                "empty_slots_per_request_mean": finite_or_none(allocation.waste_tokens_mean),
+                "empty_slots_per_request_max": allocation.waste_tokens_max,
+                "breakdown_slots": asdict(allocation.breakdown)}
+
+    document = {
+        "workload": source, "requests": result.requests, "clipped_to_context": result.clipped,
+        "budget_tokens": config.budget.tokens, "budget_bytes": config.budget.bytes,
+        "max_context": config.max_context, "block_size": config.block_size,
+        "policy": config.policy.value, "address_space": config.address_space.value,
+        "contiguous": summary(result.contiguous), "paged": summary(result.paged),
+        "paged_gain": finite_or_none(result.paged_gain),  # null when contiguous fits none
+    }
+    return dumps_strict(document, indent=2).encode()
+
+
 def format_bytes(count: float) -> str:
     """Bytes in the largest binary unit that keeps the number ≥ 1 (at most GiB), two decimals."""
     unit = best_unit(count, largest="GiB")
@@ -208,9 +258,9 @@ def figure2_figure(reproduction: Figure2Reproduction) -> go.Figure:
             published = row.published[index]
             values += [published if published is not None else None, row.simulated[index]]
         fig.add_bar(y=names, x=values, orientation="h", name=category, marker_color=colour)
-    fig.update_layout(barmode="stack", height=420, margin=dict(t=40, b=10), xaxis_title="% of the KV memory",
+    fig.update_layout(barmode="stack", height=420, margin=dict(t=40, b=10), xaxis_title="% of the KV memory", yaxis_title="system",
                       title="PagedAttention figure 2: published against simulated",
-                      legend=dict(orientation="h", y=-0.2))
+                      legend=LEGEND_BELOW)
     fig.update_yaxes(autorange="reversed")
     return fig
 
@@ -229,7 +279,7 @@ def prefix_sweep_figure(view: PrefixView) -> go.Figure:
     fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=view.sweep_blocks)
     fig.update_yaxes(title_text="prompt tokens from the cache (%)", rangemode="tozero")
     fig.update_layout(height=340, margin=dict(t=40, b=10), title="Hit rate against block size and KV budget",
-                      legend=dict(orientation="h", y=-0.3))
+                      legend=LEGEND_BELOW)
     return fig
 
 

@@ -25,6 +25,7 @@ from simulation.traces import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, shipped_trace
 from simulation.workloads import PRESETS, preset
 from sizing.presets import presets
 from ui.handoff import latest
+from ui.layout import identify_reference, tab_field
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 
 PAGE = "frag"
@@ -47,6 +48,11 @@ MAX_SHARE_TOKENS = 2_000  # prompt and system prompt tokens
 MAX_SHARE_OWN = 1_000  # own tokens per request sharing the system prompt
 MAX_SHARE_OUTPUT = 500  # output tokens per sample, and beam-search steps
 BUDGET_MODES = {"sizer": "From the sizer", "gib": "GiB and bytes per token", "tokens": "Tokens"}
+# The tabs, by the name a link gives them (tab=timeline).
+TABS = tab_field("tab", "tab", {
+    "snapshot": ":material/photo_camera: Snapshot", "timeline": ":material/timeline: Over time",
+    "prefix": ":material/cached: Prefix caching", "paper": ":material/menu_book: Paper's figure 2",
+    "sharing": ":material/share: Sharing", "blocks": ":material/table_chart: Block table"})
 
 
 def _tokens(field: str, high: int, low: int = 1) -> Bound:
@@ -148,7 +154,7 @@ def page_state() -> PageState:
         n("sreq", "share_requests", 20, SHARE_REQUESTS), n("user", "user", 300, USER),
         c("btb", "bt_block", 4, DEMO_BLOCK_SIZES), n("bts", "bt_sequences", 3, BT_SEQUENCES),
         n("btp", "bt_prompt", 10, BT_PROMPT), n("btt", "bt_steps", 3, BT_STEPS), f("btsh", "bt_shared", True),
-        n("btq", "bt_seq", 0, BT_SEQUENCE), n("btpos", "bt_pos", 0, BT_POSITION),
+        n("btq", "bt_seq", 0, BT_SEQUENCE), n("btpos", "bt_pos", 0, BT_POSITION), TABS,
     ])
 
 
@@ -182,7 +188,7 @@ def _range_slider(state: PageState, label: str, key: str, low: str, high: str) -
 
 
 def _workload_controls(state: PageState) -> tuple[str, WorkloadSettings, bytes | None, str | None]:
-    source = st.selectbox("Request lengths", sources(), key=state.key("source"))
+    source = st.selectbox("Request lengths", sources(), key=state.key("source"), format_func=identify_reference)
     kind = SYNTHETIC.get(source) or ("preset" if source.startswith("Preset: ")
                                      else "trace" if source.startswith("Trace: ") else "upload")
     chosen: dict = {"kind": kind, "name": source.partition(": ")[2] if kind in ("preset", "trace") else ""}
@@ -199,10 +205,11 @@ def _workload_controls(state: PageState) -> tuple[str, WorkloadSettings, bytes |
         chosen["length"] = st.slider("Tokens per request", 1, MAX_LENGTH, key=state.key("length"))
     elif kind == "preset":
         chosen_preset = preset(chosen["name"])
-        st.caption(f"{chosen_preset.source}; {chosen_preset.assumption}.")
+        st.caption(identify_reference(f"{chosen_preset.source}; {chosen_preset.assumption}."))
     elif kind == "upload":
         file = st.file_uploader(f"Trace CSV (prompt and output token columns, optional arrival "
-                                f"times; at most {DEFAULT_MAX_ROWS:,} rows)", type=None, key=state.key("upload"))
+                                f"times; at most {DEFAULT_MAX_ROWS:,} rows)", type=None, key=state.key("upload"),
+                                max_upload_size=DEFAULT_MAX_BYTES // 2**20)
         try:  # the uploader's bytes only, capped: an upload is never a path
             upload = upload_bytes(file.getvalue(), DEFAULT_MAX_BYTES, field="trace") if file else None
         except InputError as err:

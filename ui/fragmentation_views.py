@@ -16,9 +16,9 @@ from simulation.prefix_workloads import PrefixScenario
 from simulation.timeline import TimelineConfig
 from ui import fragmentation_charts as charts
 from ui.fragmentation_controls import Sidebar, block_table_settings, clamp_to, prefix_controls, sharing_settings
+from ui.layout import chart, metric_row
+from ui.tables import readable, show
 from ui.url_state import PageState
-
-PERCENT = st.column_config.NumberColumn(format="percent")
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -43,8 +43,8 @@ def figure2_section() -> None:
                f"({reproduction.budget.tokens:,} token slots), maximum length 2,048, ShareGPT-like lengths "
                f"(means 161 in, 338 out), {reproduction.requests:,} requests arriving faster than any system "
                f"serves them. Step times: {reproduction.step_cost_label}.")
-    st.plotly_chart(charts.figure2_figure(reproduction), key="frag.chart.figure2")
-    st.dataframe(charts.figure2_table(reproduction), hide_index=True, key="frag.figure2_table")
+    chart(charts.figure2_figure(reproduction), key="frag.chart.figure2", file_name="paper_figure2")
+    show(readable(charts.figure2_table(reproduction)), key="frag.figure2_table", file_name="paper_figure2.csv")
     notes = [note for row in reproduction.rows for note in row.notes]
     st.caption(f"Categories off by more than {NOTE_THRESHOLD_PP:g} points, and why: "
                + (" ".join(f"**{row.system}** — " + " ".join(row.notes) for row in reproduction.rows if row.notes)
@@ -67,20 +67,20 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
         st.error(f":material/error: {str(err).splitlines()[0]}")
         return
     prefix, result = view.result.prefix, view.result
-    cols = st.columns(4)
-    cols[0].metric("Prompt tokens from the cache", f"{prefix.hit_rate:.1%}",
-                   help="Cached prompt tokens over prompt tokens, first admissions (vLLM's hit rate).")
-    cols[1].metric("Prefill tokens saved", f"{prefix.prefill_tokens_saved:,}")
-    cols[2].metric("Cached blocks (peak)", f"{prefix.cached_blocks_peak:,}",
-                   help=f"{prefix.cached_blocks_peak * chosen.block_size:,} token slots")
-    cols[3].metric("Evictions", f"{prefix.evictions:,}")
+    row = metric_row()
+    row.metric("Prompt tokens from the cache", f"{prefix.hit_rate:.1%}",
+               help="Cached prompt tokens over prompt tokens, first admissions (vLLM's hit rate).")
+    row.metric("Prefill tokens saved", f"{prefix.prefill_tokens_saved:,}")
+    row.metric("Cached blocks (peak)", f"{prefix.cached_blocks_peak:,}",
+               help=f"{prefix.cached_blocks_peak * chosen.block_size:,} token slots")
+    row.metric("Evictions", f"{prefix.evictions:,}")
     st.caption(f"{controls.scenario.label}; block size {chosen.block_size}. Only full blocks are hashed and "
                "shared, a hit never covers a prompt's last token, and freed blocks are evicted least recently "
                "freed first (a sequence's tail before its head), as in vLLM.")
-    st.plotly_chart(charts.prefix_sweep_figure(view), key="frag.chart.prefix_sweep")
+    chart(charts.prefix_sweep_figure(view), key="frag.chart.prefix_sweep", file_name="prefix_hit_rate")
     runs = [("as set", result)] + ([("without the CPU tier", view.without_cpu)] if view.without_cpu else [])
-    st.dataframe(charts.latency_table(runs), hide_index=True, key="frag.prefix_table",
-                 column_config={"hit rate": PERCENT})
+    show(readable(charts.latency_table(runs), percent=("hit rate",)), key="frag.prefix_table",
+         file_name="prefix_caching.csv")
     state.sync()
 
 
@@ -88,8 +88,8 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
 def sharing_section(state: PageState, chosen: Sidebar) -> None:
     results = cached_sharing(sharing_settings(state), chosen.block_size, chosen.workload.seed)
     table = charts.sharing_table(results)
-    st.plotly_chart(charts.sharing_figure(table, chosen.block_size), key="frag.chart.sharing")
-    st.dataframe(table, hide_index=True, key="frag.sharing_table", column_config={"saved": PERCENT})
+    chart(charts.sharing_figure(table, chosen.block_size), key="frag.chart.sharing", file_name="sharing")
+    show(readable(table, percent=("saved",)), key="frag.sharing_table", file_name="sharing.csv")
     st.caption("Forked samples and beams share blocks (reference counts) and copy a shared block "
                "before writing into it; a cached prefix shares only its full blocks.")
     state.sync()
@@ -101,7 +101,7 @@ def block_table_section(state: PageState, chosen: Sidebar) -> None:
     per_token = chosen.budget.per_token_bytes
     demo, pool_blocks = block_table_view(settings, token_bytes=per_token, seed=chosen.workload.seed,
                                          row_blocks=charts.POOL_COLUMNS)
-    st.plotly_chart(charts.pool_figure(demo, pool_blocks), key="frag.chart.pool")
+    chart(charts.pool_figure(demo, pool_blocks), key="frag.chart.pool", file_name="block_pool")
     st.caption("The physical pool (a shuffled free list, as in a pool that has been in use): grey "
                "blocks are free, coloured ones belong to one sequence, dark grey ones are shared; "
                "L is the logical block, ref the reference count.")
@@ -118,7 +118,7 @@ def block_table_section(state: PageState, chosen: Sidebar) -> None:
         line += (f"; byte address = {address.physical_block} × {demo.manager.block_bytes:,} + {address.offset} × "
                  f"{per_token:,} = {address.byte_address:,}")
     st.markdown(line)
-    st.dataframe(charts.block_tables(demo), hide_index=True, key="frag.bt_tables")
+    show(readable(charts.block_tables(demo)), key="frag.bt_tables", file_name="block_tables.csv")
     st.caption(f"Copy-on-write copies so far: {demo.copies}. Last events:")
-    st.dataframe(charts.event_log(demo), hide_index=True, key="frag.bt_log")
+    show(readable(charts.event_log(demo)), key="frag.bt_log", file_name="block_events.csv")
     state.sync()

@@ -10,6 +10,7 @@ from planner.capacity import CapacityPlan
 from planner.edge import EdgePlan, HistoryPoint
 
 CONTIGUOUS_COLOUR, PAGED_COLOUR = "#f5a623", "#d0021b"
+LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.3, x=0)  # clear of the x-axis titles
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -52,8 +53,8 @@ def server_figure(plan: CapacityPlan) -> go.Figure:
                          row=1, col=2)
     figure.update_xaxes(type="log", title_text="batch (sequences)")
     figure.update_yaxes(title_text="tokens/s per GPU", row=1, col=1)
-    figure.update_yaxes(title_text="ms", row=1, col=2)
-    figure.update_layout(height=420, legend=dict(orientation="h", y=-0.25))
+    figure.update_yaxes(title_text="time per output token (ms)", row=1, col=2)
+    figure.update_layout(height=420, legend=LEGEND_BELOW, margin=dict(t=40))
     return figure
 
 
@@ -66,6 +67,6 @@ def edge_figure(edge: EdgePlan, curve: tuple[HistoryPoint, ...]) -> go.Figure:
                      line_color="red", annotation_text="control-step budget")
     figure.add_vline(x=edge.history_s, line_dash="dot", line_color="#4a90e2",
                      annotation_text="memory limit")
-    figure.update_layout(height=380, xaxis_title="seconds of camera history",
-                         yaxis_title="decode step (ms)")
+    figure.update_layout(height=380, xaxis_title="camera history kept (s)",
+                         yaxis_title="decode step (ms)", legend=LEGEND_BELOW, margin=dict(t=40))
     return figure

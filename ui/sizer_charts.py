@@ -12,6 +12,8 @@ from units import to_unit
 WEIGHTS_GREY = "#9e9e9e"
 KV_BLUE = "#1f77b4"
 TOTAL_RED = "#d62728"
+# Below the plot and clear of the x-axis title (a legend at plotly's default spot covers "GPUs").
+LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.3, "x": 0}
 
 
 def memory_vs_gpus(chart: MemoryChart, unit: str) -> go.Figure:
@@ -28,8 +30,8 @@ def memory_vs_gpus(chart: MemoryChart, unit: str) -> go.Figure:
                        mode="lines", line={"color": TOTAL_RED, "dash": "dash"})
     figure.add_vline(x=chart.gpus_needed, line={"color": "black", "dash": "dot"},
                      annotation_text=f"{chart.gpus_needed} GPUs needed")
-    figure.update_layout(barmode="stack", xaxis_title="GPUs", yaxis_title=unit,
-                         legend={"orientation": "h"}, margin={"t": 30})
+    figure.update_layout(barmode="stack", xaxis_title="GPUs (count)", yaxis_title=f"memory ({unit})",
+                         legend=LEGEND_BELOW, margin={"t": 30}, height=450)
     return figure
 
 
@@ -39,8 +41,8 @@ def gpus_curves(series: tuple[CurveSeries, ...], x_title: str, log_x: bool) -> g
     for curve in series:
         figure.add_scatter(x=list(curve.x), y=list(curve.gpus_needed), name=curve.label,
                            mode="lines+markers", line={"shape": "hv"})
-    figure.update_layout(xaxis_title=x_title, yaxis_title="GPUs needed", legend={"orientation": "h"},
-                         margin={"t": 30})
+    figure.update_layout(xaxis_title=x_title, yaxis_title="GPUs needed", legend=LEGEND_BELOW,
+                         margin={"t": 30}, height=450)
     if log_x:
         figure.update_xaxes(type="log")
     return figure

@@ -6,13 +6,15 @@ every figure comes from the report.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+from inputs.uploads import dumps_strict
 from sizing.report import SizingReport
 from ui import sizer_charts as charts
 from ui.layer_kinds_view import render_layer_kinds
+from ui.layout import chart, metric_row
+from ui.tables import readable
 # Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
 from units import GIGA_UNIT, UnitSystem
 from units import format_up_to_giga as fmt
@@ -31,9 +33,13 @@ def render_report(report: SizingReport, system: UnitSystem) -> None:
     _plan(report, system)
     _capacity(report, system)
     st.subheader("KV precision × GPU")
-    st.dataframe(pd.DataFrame(report.table_records()), hide_index=True, key="reference_table")
+    st.dataframe(readable(report.table_records(), rename={"gpus_ratio": "GPUs (before rounding up)"}).shown,
+                 hide_index=True, key="reference_table")
     st.download_button("Download CSV", report.table_csv(), file_name="kv_sizing.csv", mime="text/csv",
                        icon=":material/download:", key="download_table")
+    st.download_button("Sizing as JSON (as `python -m sizing --json`)", dumps_strict(report.to_dict(), indent=2),
+                       file_name="kv_sizing.json", mime="application/json", icon=":material/download:",
+                       key="download_json")
     try:
         st.page_link("pages/2_fragmentation.py", label="How much of this budget is really used? "
                      "Open the fragmentation explorer", icon=":material/view_module:")
@@ -45,11 +51,11 @@ def _headline(report: SizingReport, system: UnitSystem) -> None:
     m = report.model
     st.markdown(f"**{m.name}** · {m.attention} · {m.layers} layers, {m.q_heads} query / {m.kv_heads} KV heads, "
                 f"head dim {m.head_dim} · {report.kv_precision.label} KV · {report.gpu.name}")
-    m1, m2, m3 = st.columns(3)
+    m1 = m2 = m3 = metric_row()
     m1.metric("KV per token", fmt(report.per_token_bytes, system))
     m2.metric(f"Per user at {report.context:,}", fmt(report.per_user_bytes, system))
     m3.metric(f"KV, {report.users:,} users", fmt(report.kv_bytes_total, system))
-    m4, m5, m6 = st.columns(3)
+    m4 = m5 = m6 = metric_row()
     m4.metric("Weights", fmt(report.weights_bytes, system))
     m5.metric("Weights + KV", fmt(report.total_bytes, system))
     m6.metric("GPUs needed", f"{report.gpus.count:,}", help=f"total ÷ usable per GPU = {report.gpus.label}")
@@ -58,19 +64,21 @@ def _headline(report: SizingReport, system: UnitSystem) -> None:
 def _charts(report: SizingReport, big_unit: str) -> None:
     tab_memory, tab_context, tab_users = st.tabs(["Memory vs GPUs", "GPUs vs context", "GPUs vs users"])
     with tab_memory:
-        st.plotly_chart(charts.memory_vs_gpus(report.charts.memory_vs_gpus, big_unit), key="chart_memory")
+        chart(charts.memory_vs_gpus(report.charts.memory_vs_gpus, big_unit), key="chart_memory",
+              file_name="memory_vs_gpus")
     with tab_context:
-        st.plotly_chart(charts.gpus_curves(report.charts.gpus_vs_context, "Context (tokens)", True),
-                        key="chart_context")
+        chart(charts.gpus_curves(report.charts.gpus_vs_context, "Context (tokens)", True),
+              key="chart_context", file_name="gpus_vs_context")
     with tab_users:
-        st.plotly_chart(charts.gpus_curves(report.charts.gpus_vs_users, "Users", True), key="chart_users")
+        chart(charts.gpus_curves(report.charts.gpus_vs_users, "Users (concurrent)", True), key="chart_users",
+              file_name="gpus_vs_users")
 
 
 def _without_gqa(report: SizingReport, system: UnitSystem) -> None:
     gqa = report.without_gqa
     st.subheader("Without grouped-query attention")
-    g1, g2, g3 = st.columns(3)
-    g1.metric("KV per token, one KV head per query head", fmt(gqa.per_token_bytes, system))
+    g1 = g2 = g3 = metric_row()
+    g1.metric("KV per token without GQA", fmt(gqa.per_token_bytes, system), help="One KV head per query head.")
     g2.metric(f"KV, {report.users:,} users", fmt(gqa.kv_bytes_total, system))
     g3.metric("GPUs needed", f"{gqa.gpus.count:,}", delta=f"{gqa.factor:,.1f}× the KV bytes", delta_color="off")
 
@@ -86,13 +94,13 @@ def _plan(report: SizingReport, system: UnitSystem) -> None:
         + f"; KV per token per GPU **{fmt(report.per_gpu_kv_bytes_per_token, system)}**; "
         f"KV for all users over the group's ranks **{fmt(report.kv_bytes_total_all_gpus, system)}**."
     )
-    st.dataframe(pd.DataFrame(report.plan_records(GIGA_UNIT[system])), hide_index=True, key="plan_table")
+    st.dataframe(readable(report.plan_records(GIGA_UNIT[system])).shown, hide_index=True, key="plan_table")
 
 
 def _capacity(report: SizingReport, system: UnitSystem) -> None:
     st.subheader(f"On {report.n_gpus} × {report.gpu.name}")
     cap = report.capacity
-    r1, r2, r3, r4 = st.columns(4)
+    r1 = r2 = r3 = r4 = metric_row()
     r1.metric("KV budget", fmt(report.kv_budget_bytes, system))
     r2.metric(f"Most users at {report.context:,} tokens", f"{report.max_users:,}")
     r3.metric(f"Longest context for {report.users:,} users",

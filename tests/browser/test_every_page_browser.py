@@ -25,6 +25,8 @@ def test_page_opens_without_exception(app_url, page, url_path, heading):
 
 def test_navigation_lists_every_page(app_url, page):
     goto(page, app_url)
-    nav = page.locator('[data-testid="stSidebarNav"]')
+    # In the top bar (app.py's position="top"), so a page without sidebar controls has no sidebar.
+    nav = page.locator('[data-testid="stTopNav"]')
     for heading in PAGES.values():
         assert nav.get_by_text(heading).count() >= 1
+    assert page.locator('[data-testid="stSidebar"]').count() == 0

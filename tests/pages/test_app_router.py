@@ -23,3 +23,18 @@ def test_every_registered_page_opens(page_file):
     at.switch_page(page_file).run()
     assert_no_exception(at)
     assert at.title, f"{page_file} drew no title"
+
+
+def test_requested_path_and_the_unknown_path_notice():
+    from ui.router import requested_path, unknown_path_notice
+
+    assert requested_path("http://127.0.0.1:8501/planner") == "planner"
+    assert requested_path("http://host/app/planner/", base_path="app") == "planner"
+    assert requested_path("http://host/") == "" and requested_path(None) == ""
+    known = ["", "fragmentation", "planner", "sizer"]
+    assert unknown_path_notice("planner", known, "KV-cache sizer") is None
+    assert unknown_path_notice("", known, "KV-cache sizer") is None
+    notice = unknown_path_notice("nonsense", known, "KV-cache sizer")
+    assert notice.startswith("There is no page at `/nonsense`: showing the KV-cache sizer")
+    assert "`/planner`" in notice and "`/fragmentation`" in notice
+

@@ -43,8 +43,10 @@ def test_opens_with_defaults_and_shows_both_allocators():
     at = _open()
     assert _number(_metric(at, "Users per GPU, paged")) > _number(
         _metric(at, "Users per GPU, contiguous"))
-    assert len(at.get("plotly_chart")) == 2  # server and edge charts
+    assert len(at.get("plotly_chart")) == 1  # the server tab only: the edge tab runs when opened
     assert at.title[0].value.endswith("Capacity planner")
+    edge = _open({"tab": "edge"})
+    assert len(edge.get("plotly_chart")) == 1 and not any(m.label == "Users per GPU, paged" for m in edge.metric)
 
 
 def test_reference_url_reproduces_hand_figures():
@@ -85,8 +87,12 @@ def test_url_written_by_one_session_reopens_identically():
     assert query["tpot"] == "20" and query["block"] == "64"
     second = _open(query)
     for label in ("Users per GPU, paged", "Users per GPU, contiguous", "Tokens/s per GPU, paged",
-                  "TPOT at the paged batch", "History that fits"):
+                  "TPOT at the paged batch"):
         assert _metric(second, label) == _metric(first, label)
+    edge = _open({**query, "tab": "edge"})
+    first.session_state["planner.tab"] = ":material/precision_manufacturing: Edge (robot)"
+    first.run()
+    assert _metric(edge, "History that fits") == _metric(first, "History that fits")
 
 
 def _handoff(**fields) -> Handoff:
@@ -171,7 +177,7 @@ def test_a_harness_run_in_session_state_is_used_and_labelled():
 
 
 def test_edge_view_more_perception_memory_means_less_history():
-    at = _open()
+    at = _open({"tab": "edge"})
     before = _number(_metric(at, "History that fits"))
     at.number_input(key="planner.perception_gb").set_value(20.0).run()
     after = _number(_metric(at, "History that fits"))
@@ -181,7 +187,7 @@ def test_edge_view_more_perception_memory_means_less_history():
 
 
 def test_edge_view_faster_control_loop_binds_first():
-    at = _open({"hz": "1"})
+    at = _open({"hz": "1", "tab": "edge"})
     assert any("What limits the robot:** memory" in md.value for md in at.markdown)
     at.slider(key="planner.control_hz").set_value(10.0).run()
     assert any("What limits the robot:** control step" in md.value for md in at.markdown)
@@ -194,3 +200,46 @@ def test_the_live_kernels_pages_runs_count_as_measured():
     at = _open({**REFERENCE_URL, "source": "measured"},
                state={"kernels_session_runs": [report]})
     assert any("Harness run on this GPU" in info.value for info in at.info)
+
+
+def test_the_table_reads_in_words_and_downloads_as_csv_and_json():
+    at = _open(REFERENCE_URL)
+    table = at.dataframe[0].value
+    assert not any("_" in column for column in table.columns)
+    assert "None" not in table.astype(str).to_numpy()
+    labels = {b.proto.label for b in at.get("download_button")}
+    assert {"Table as CSV", "Plan as JSON (as `python -m planner --json`)"} <= labels
+
+
+def test_same_length_traffic_says_it_means_one_output_token():
+    at = _open(REFERENCE_URL)
+    assert "1 output token" in at.selectbox(key="planner.traffic").format_func("fixed")
+    assert "one output token" in at.number_input(key="planner.length").help
+
+
+def test_users_gain_beyond_the_throughput_gain_is_explained():
+    # No TPOT target: both allocators run their whole memory batch, the KV reads fill each step
+    # and tokens/s hardly moves while paging holds 16× the sequences.
+    at = _open({**REFERENCE_URL, "tpot": "0"})
+    paged, contiguous = (_number(_metric(at, f"Users per GPU, {k}")) for k in ("paged", "contiguous"))
+    gain = _number(_metric(at, "Paging's throughput gain"))
+    assert paged / contiguous > 10 and gain < 3
+    why = next(md.value for md in at.markdown if md.value.startswith("**Why "))
+    # 1,506 paged against 94 contiguous sequences per TP-8 replica: 16.0×.
+    assert f"{1506 / 94:,.1f}× the users but {gain:.2f}× the tokens/s" in why
+    assert _metric(at, "TPOT at the paged batch") in why
+
+
+def test_fp8_weights_say_their_matmuls_are_costed_at_the_bf16_rate():
+    fp8 = " ".join(c.value for c in _open(REFERENCE_URL).caption)
+    assert "FP8 weights are read at their own size, but their matmuls are costed at the BF16 rate" in fp8
+    bf16 = " ".join(c.value for c in _open({**REFERENCE_URL, "w": "bf16"}).caption)
+    assert "costed at the BF16 rate" not in bf16 and "BF16 matmul rate" in bf16
+
+
+def test_the_active_tab_is_in_the_url():
+    at = _open()
+    at.session_state["planner.tab"] = ":material/precision_manufacturing: Edge (robot)"
+    at.run()
+    assert at.query_params["tab"] == "edge"
+    assert any(m.label == "History that fits" for m in at.metric)

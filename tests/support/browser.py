@@ -34,8 +34,9 @@ _SETTLE_S = 0.6
 _RERUN_START_TIMEOUT_S = 30.0
 
 
-def wait_idle(page, timeout_s: float = 90.0) -> None:
-    """Block until the app has finished its script run and drawn every element."""
+def wait_idle(page, timeout_s: float = 90.0) -> float:
+    """Block until the app has finished its script run and drawn every element; returns the
+    ``time.monotonic()`` at which it became idle (before the quiet time that confirms it)."""
     deadline = time.monotonic() + timeout_s
     quiet_since = None
     while time.monotonic() < deadline:
@@ -44,7 +45,7 @@ def wait_idle(page, timeout_s: float = 90.0) -> None:
         elif quiet_since is None:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= _SETTLE_S:
-            return
+            return quiet_since
         time.sleep(0.1)
     raise TimeoutError(f"app still running after {timeout_s} s")
 
@@ -53,34 +54,40 @@ def _runs(page) -> int:
     return page.evaluate("() => window.__stRuns ?? 0")
 
 
-def after_rerun(page, action: Callable[[], object]) -> None:
-    """Do ``action`` (a widget change), then wait for the rerun it causes to finish."""
+def after_rerun(page, action: Callable[[], object]) -> float:
+    """Do ``action`` (a widget change), then wait for the rerun it causes to finish; returns the
+    seconds from the action to the rerun's last element drawn."""
     page.evaluate(_INSTALL_RUN_COUNTER_JS)
     before = _runs(page)
+    start = time.monotonic()
     action()
     deadline = time.monotonic() + _RERUN_START_TIMEOUT_S
     while _runs(page) == before:
         if time.monotonic() > deadline:
             raise TimeoutError(f"no rerun started within {_RERUN_START_TIMEOUT_S} s of the action")
         time.sleep(0.05)
-    wait_idle(page)
+    return wait_idle(page) - start
 
 
-def goto(page, url: str) -> None:
-    """Open ``url`` and wait until the first script run has finished and rendered."""
+def goto(page, url: str) -> float:
+    """Open ``url`` and wait until the first script run has finished and rendered; returns the
+    seconds from the navigation to the first run's last element drawn."""
+    start = time.monotonic()
     page.goto(url)
     # Every page starts with st.title: until its heading is drawn the app shows only a skeleton
     # (and no 'Running...' widget yet), which wait_idle alone would take for a finished run.
     page.wait_for_selector('[data-testid="stMainBlockContainer"] [data-testid="stHeading"]',
                            timeout=90_000)
-    wait_idle(page)
+    idle = wait_idle(page)
     page.evaluate(_INSTALL_RUN_COUNTER_JS)
+    return idle - start
 
 
-def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> None:
+def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> float:
     """Focus the slider whose label matches ``label``, press ``key`` ``times`` times, wait.
 
     Streamlit sliders are ``role=slider`` thumbs that respond to arrow, Home and End keys.
+    Returns the seconds the rerun took to draw (see :func:`after_rerun`).
     """
     slider = page.get_by_role("slider", name=re.compile(re.escape(label)))
     if slider.count() == 0:
@@ -93,7 +100,7 @@ def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> N
         for _ in range(times):
             thumb.press(key)
 
-    after_rerun(page, press)
+    return after_rerun(page, press)
 
 
 def fill_number(page, label: str, value: str) -> None:

@@ -1,0 +1,85 @@
+"""What the capacity planner's server tab shows for one :class:`~planner.plan.PlanOutcome`: the
+bandwidth source, the headline metrics, what limits each allocator in words, why the throughput
+gain and the users gain differ, the chart, the table and the downloads. Drawing only: every
+figure comes from the plan.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from inputs.uploads import dumps_strict
+from planner.capacity import CapacityPlan
+from planner.cli import result_dict
+from planner.plan import PlanOutcome
+from ui.layout import chart, metric_row
+from ui.planner_charts import allocator_rows, fmt_ms, server_figure
+from ui.tables import counted, readable, show
+from units import both, format_bytes, format_number
+
+# The planner's step model multiplies FLOPs by the GPU's BF16 tensor-core rate for every weight
+# format; FP8 and integer weights read fewer bytes but their faster matmul rates are not modelled.
+BF16_RATE_ONLY = ("fp8", "int8", "int4", "int2")
+
+
+def gain_words(plan: CapacityPlan) -> str | None:
+    """Why paging serves many more users than tokens/s, when it does; None otherwise."""
+    paged, contiguous, gain = plan.paged, plan.contiguous, plan.paged_gain
+    if gain is None or contiguous.users_per_gpu <= 0 or paged.step is None or contiguous.step is None:
+        return None
+    users = paged.users_per_gpu / contiguous.users_per_gpu
+    if users < 1.2 * gain:
+        return None
+    return (f"**Why {users:,.1f}× the users but {gain:.2f}× the tokens/s:** each decode step reads every "
+            f"running sequence's KV cache, so paging's batch of {paged.batch:,} (against {contiguous.batch:,}) "
+            f"makes each step longer: {fmt_ms(paged.step.step_s)} per output token paged, "
+            f"{fmt_ms(contiguous.step.step_s)} contiguous. Throughput is batch ÷ step time, and once the KV reads "
+            "fill the step it stays at the bandwidth's limit: paging's gain here is more users at a slower "
+            "TPOT. Set a TPOT target to compare the two at equal latency, as the paper's 2–4× does.")
+
+
+def render_server(outcome: PlanOutcome, *, source_label: str, weight_dtype: str) -> None:
+    """The server tab for ``outcome``."""
+    plan = outcome.plan
+    paged, contiguous = plan.paged, plan.contiguous
+    skipped = " Skipped: " + "; ".join(outcome.source_notes) + "." if outcome.source_notes else ""
+    st.info(f"**Bandwidth source: {source_label}.** {outcome.estimate.label}.{skipped}", icon=":material/info:")
+    row = metric_row()
+    row.metric("Users per GPU, paged", format_number(paged.users_per_gpu, 1),
+               help="Concurrent sequences at the operating point ÷ TP")
+    row.metric("Users per GPU, contiguous", format_number(contiguous.users_per_gpu, 1))
+    row.metric("Tokens/s per GPU, paged", format_number(paged.tokens_per_s_per_gpu, 0))
+    row.metric("Paging's throughput gain", "—" if plan.paged_gain is None else f"{plan.paged_gain:.2f}×",
+               help="Paged tokens/s ÷ contiguous tokens/s, each at its own operating batch.")
+    budget = max(plan.kv_budget_bytes_per_gpu, 0)
+    row = metric_row()
+    row.metric("Users per node, paged", format_number(paged.users_per_node, 0))
+    row.metric("TPOT at the paged batch", fmt_ms(None if paged.step is None else paged.step.step_s))
+    row.metric("Time to first token", fmt_ms(plan.ttft_s))
+    row.metric("KV budget per GPU", format_bytes(budget, largest="GiB"), help=both(budget))
+
+    st.markdown(f"**What limits paging:** {paged.explanation}")
+    st.markdown(f"**What limits contiguous allocation:** {contiguous.explanation}")
+    if (words := gain_words(plan)) is not None:
+        st.markdown(words)
+    st.markdown(f"**The paper's 2–4×:** {plan.paper_check()}")
+    if plan.ttft_target_s is not None and plan.ttft_s > plan.ttft_target_s:
+        st.warning(f"TTFT: prefill of the mean prompt takes {fmt_ms(plan.ttft_s)}, over the "
+                   f"{fmt_ms(plan.ttft_target_s)} target.", icon=":material/warning:")
+    if plan.gpus_needed is not None:
+        st.markdown(f"**Arrival rate {plan.arrival_rate_per_s:g}/s** needs "
+                    f"{plan.required_concurrency:,.0f} sequences in flight (Little's law): "
+                    f"{counted(plan.replicas_needed, 'paged replica')} = {counted(plan.gpus_needed, 'GPU')}.")
+    if outcome.fits.clipped:
+        st.caption(f"{counted(outcome.fits.clipped, 'request was', 'requests were')} cut to the maximum context.")
+    chart(server_figure(plan), key="planner.chart", file_name="throughput_and_tpot")
+    show(readable(allocator_rows(plan)), key="planner.table", file_name="capacity_plan.csv")
+    st.download_button("Plan as JSON (as `python -m planner --json`)", key="planner.json",
+                       data=dumps_strict(result_dict(outcome, batch=None, context=None), indent=2).encode(),
+                       file_name="capacity_plan.json", mime="application/json", icon=":material/download:")
+    compute = ("Decode step = max(bytes read ÷ bandwidth, FLOPs ÷ the BF16 matmul rate)." +
+               (f" {weight_dtype.upper()} weights are read at their own size, but their matmuls are costed at "
+                "the BF16 rate (faster low-precision tensor-core rates are not modelled), so a compute-bound "
+                "step here is an upper bound." if weight_dtype in BF16_RATE_ONLY else ""))
+    st.caption(f"Traffic: {outcome.traffic_label}; mean {plan.context:,.0f} tokens per request, counted at full "
+               f"length (so the step time is an upper bound). {compute}")
