@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["gpu_available", "ensure_triton_backend", "interpreter_active"]
+__all__ = ["gpu_available", "ensure_triton_backend", "interpreter_active", "triton_installed"]
 
 _INTERPRET_ENV = "TRITON_INTERPRET"
 
@@ -24,6 +24,17 @@ def gpu_available() -> bool:
     import torch
 
     return bool(torch.cuda.is_available()) and not interpreter_active()
+
+
+def triton_installed() -> bool:
+    """True when the ``triton`` package can be imported (requirements.txt installs it on Linux
+    only: it has no wheels for macOS or Windows)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("triton") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def interpreter_active() -> bool:

@@ -21,19 +21,26 @@ from pathlib import Path
 
 import streamlit as st
 
-from kernels.runtime import ensure_triton_backend, interpreter_active
+from kernels.runtime import ensure_triton_backend, interpreter_active, triton_installed
+from ui.router import run_through_router
+
+if not triton_installed():  # macOS, Windows: no Triton wheels; say what is unavailable, show what can be
+    from ui.kernel_offline import offline_page
+
+    run_through_router()
+    offline_page()
+    st.stop()
 
 ensure_triton_backend()  # before any kernel module: Triton reads TRITON_INTERPRET at decoration
 
 from kernels.bench.live import Backend, default_backend, merge_reports  # noqa: E402
-from kernels.bench.records import BenchJsonError, parse_bench_json, report_to_json  # noqa: E402
+from kernels.bench.records import MAX_BENCH_JSON_BYTES, BenchJsonError, parse_bench_json, report_to_json  # noqa: E402
 from kernels.bench.shipped import RESULTS_DIR, find_shipped_results  # noqa: E402
 from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
 from ui.kernel_controls import sidebar, tabs, view_state  # noqa: E402
 from ui.kernel_results import results_tab  # noqa: E402
 from ui.kernel_tabs import check_tab, memory_tab, page_size_tab, roofline_tab, softmax_tab, sweep_tab  # noqa: E402
 from ui.kernel_theory import REFERENCE_PAGE  # noqa: E402
-from ui.router import run_through_router  # noqa: E402
 
 SESSION_RUNS = "kernels_session_runs"  # the planner page reads this session's runs too
 SESSION_SOURCE = "This session's runs"
@@ -111,7 +118,8 @@ def _sources(runs: list):
         sources[f"Shipped: {shipped.newest.path.name}"] = shipped.newest.report
     with st.expander("Upload a benchmark JSON (`python -m kernels.bench --json PATH`)", icon=":material/upload_file:",
                      expanded=not backend.gpu and shipped.newest is None):
-        upload = st.file_uploader("Benchmark JSON", type=["json"], key="k_upload")
+        upload = st.file_uploader("Benchmark JSON", type=["json"], key="k_upload",
+                                  max_upload_size=MAX_BENCH_JSON_BYTES // 2**20)
         if upload is not None:
             try:
                 sources[f"Uploaded: {upload.name}"] = _uploaded(upload.getvalue())

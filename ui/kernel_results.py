@@ -15,6 +15,7 @@ import streamlit as st
 from kernels.bench.records import BenchReport, report_to_json
 from kernels.bench.shipped import provenance_lines
 from ui.kernel_charts import shape_labels
+from ui.layout import metric_row
 from ui.kernel_controls import KERNELS, follow_sidebar
 from ui.kernel_tables import (
     measurement_formats, measurement_frame, shown, target_formats, target_frame,
@@ -52,7 +53,8 @@ def _metrics(result, report: BenchReport, kernel: str) -> None:
     if main.status != "ok":
         st.error(f"Kernel: {main.status}. {main.note}", icon=":material/error:")
         return
-    m1, m2, m3, m4 = st.columns(4)
+    row = metric_row()  # wraps at narrow widths instead of cutting values to "…"
+    m1 = m2 = m3 = m4 = row
     m1.metric("Kernel median time", f"{main.median_ms * 1e3:,.1f} µs",
               help="CUDA-graph replay where the run has one, else eager calls (both are in the table).")
     m2.metric(f"Achieved {main.unit}", f"{main.rate:,.2f}")

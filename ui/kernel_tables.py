@@ -8,14 +8,18 @@ No streamlit here; rates are decimal (TB/s, TFLOP/s), times in µs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import math
 from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels.bench.live import InterpreterCheck
 from kernels.bench.records import BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult
 from kernels.bench.target_notes import limit_of
+
+if TYPE_CHECKING:  # the interpreter check needs Triton; these tables must not (the page's no-Triton view)
+    from kernels.bench.live import InterpreterCheck
 
 __all__ = ["CONTENDER_NAMES", "STATUS_WORDS", "MISSING", "contender_name", "shown", "measurement_frame",
            "measurement_formats", "target_frame", "target_formats", "interpreter_frame", "memory_frame",

@@ -15,6 +15,7 @@ from kernels.bench.records import BenchReport
 from kernels.online_softmax import online_softmax_attention, random_head
 from simulation.explorer import WorkloadSettings, build_workload
 from ui.gpu_lock import run_guarded
+from ui.layout import metric_row
 from ui.kernel_charts import (
     ROOFLINE_FORMATS, decode_sweep_rows, memory_figure, plot_config, prefill_sweep_rows, roofline_figure,
     roofline_points_frame, softmax_step_figure, sweep_figure,
@@ -138,7 +139,7 @@ def softmax_tab() -> None:
                 f"{cur.m_new[0]:.3f}, rescale e^(m − m_new) = {cur.rescale[0]:.4f}, ℓ = {cur.l[0]:.4f}"
                 + (" — last tile of this block: O / ℓ is final." if cur.last_for_block else "."))
     t = sm.traffic
-    m1, m2, m3 = st.columns(3)
+    m1 = m2 = m3 = metric_row()  # wraps at narrow widths instead of cutting values to "…"
     m1.metric("Max |tiled − naive|", f"{sm.max_abs_err:.1e}", help="must stay below 1e-5")
     m2.metric("HBM bytes, naive (FP16)", f"{t.naive_bytes:,}")
     m3.metric("HBM bytes, tiled (FP16)", f"{t.tiled_bytes:,}", f"{t.ratio:.1f}× less", delta_color="off")

@@ -250,7 +250,9 @@ def manual_model(state: PageState) -> ModelShape:
 def config_model(state: PageState) -> ModelShape | None:
     """The uploaded or pasted config's shape; None while there is neither."""
     key = state.key
-    uploaded = st.file_uploader("config.json", type=["json"], key=key("config_upload"))
+    # The widget's limit is whole MiB (it says "1MB per file"); the parser's 1,000,000 B cap refuses the rest.
+    uploaded = st.file_uploader("config.json", type=["json"], key=key("config_upload"),
+                                max_upload_size=max(1, MAX_CONFIG_BYTES // 2**20))
     pasted = st.text_area("…or paste it", key=key("config_text"), height=120,
                           placeholder='{"num_hidden_layers": 32, "num_attention_heads": 32, ...}')
     params_b = st.number_input("Parameters (billions, 0 = estimate from the config)", min_value=0.0,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.browser
 
 PAGES = {"sizer": "", "fragmentation": "fragmentation", "planner": "planner", "kernels": "kernels"}
 # The pages the layout check covers (the kernel page's metrics are its owners' to fit at 800 px).
-CHECKED = ("sizer", "fragmentation", "planner")
+CHECKED = ("sizer", "fragmentation", "kernels", "planner")
 WIDTHS = (1440, 800)
 TIMING_FILE = ROOT / ".pytest_cache" / "ui_timing.json"
 
