@@ -101,7 +101,9 @@ class PageState:
         self.page = page
         self.fields = tuple(fields)
         self.notices: list[str] = []
-        DECLARED[page] = self.fields
+        # Merged by URL name: a page may declare its controls in several PageStates (the kernel
+        # page's shape and its per-kernel dtype / head dim), and the fuzz tests need all of them.
+        DECLARED[page] = tuple({f.url_name: f for f in (*DECLARED.get(page, ()), *self.fields)}.values())
 
     def key(self, name: str) -> str:
         """The ``st.session_state`` key of field ``name`` (pass it as the widget's ``key=``)."""
