@@ -367,13 +367,16 @@ def decode_contender_bytes(contender: str, *, batch: int, context: int, n_q_head
     """Least HBM bytes of one decode step for a contender (queries and outputs are negligible).
 
     The paged kernel and SDPA on contiguous KV read the cache once; the FP8 kernel reads one
-    byte per value; gather-then-SDPA reads the pages, writes the gathered copy and reads it
+    byte per value, the INT4 kernel its 4-bit codes and fp16 scales (:func:`decode_int4_kv_bytes`);
+    gather-then-SDPA reads the pages, writes the gathered copy and reads it
     again (3x); naive attention expands K and V to the query heads (read the cache, write and
     read the group-times-larger copy: (1 + 2 x group)x).
     """
     kv = decode_kv_bytes(batch, context, n_kv_heads, head_dim, bytes_per_value)
     if contender == "triton_paged_fp8":
         return decode_kv_bytes(batch, context, n_kv_heads, head_dim, 1)
+    if contender == "triton_paged_int4":
+        return decode_int4_kv_bytes(batch, context, n_kv_heads, head_dim)
     if contender == "gather_sdpa":
         return 3 * kv
     if contender == "naive":

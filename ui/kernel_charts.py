@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, MixedResult, PrefillResult
 from kernels.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
-    attainable_tflops, decode_contender_bytes, decode_flops, decode_int4_kv_bytes, mixed_contender_bytes,
+    attainable_tflops, decode_contender_bytes, decode_flops, mixed_contender_bytes,
     prefill_contender_bytes, tflops,
 )
 from ui.kernel_theory import DTYPE_BYTES, hardware_from_ceilings
@@ -72,12 +72,9 @@ def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:
         elif isinstance(result, DecodeResult):
             s = result.shape
             flops = decode_flops(s.batch, s.context, s.n_q_heads, s.head_dim)
-            if m.contender == "triton_paged_int4":  # 4-bit codes plus their fp16 scales
-                nbytes = decode_int4_kv_bytes(s.batch, s.context, s.n_kv_heads, s.head_dim)
-            else:
-                nbytes = decode_contender_bytes(m.contender, batch=s.batch, context=s.context,
-                                                n_q_heads=s.n_q_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
-                                                bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
+            nbytes = decode_contender_bytes(m.contender, batch=s.batch, context=s.context,
+                                            n_q_heads=s.n_q_heads, n_kv_heads=s.n_kv_heads, head_dim=s.head_dim,
+                                            bytes_per_value=DTYPE_BYTES.get(s.dtype, 2))
         else:
             s = result.shape
             flops = result.flops

@@ -120,3 +120,17 @@ def test_mixed_batch_counts_by_hand():
     # Gather-then-SDPA also writes and re-reads the gathered KV: + 2 * 16,826,368
     assert mixed_contender_bytes("gather_sdpa", q_lens=[1, 4, 3], seq_lens=[4096, 4, 8], n_q_heads=32,
                                  n_kv_heads=8, head_dim=128) == 16_957_440 + 33_652_736
+
+
+def test_decode_contender_bytes_by_hand():
+    from kernels.theory import decode_contender_bytes
+
+    shape = dict(batch=8, context=32768, n_q_heads=32, n_kv_heads=8, head_dim=128)
+    # bf16 cache: 2 x 8 x 32768 x 8 x 128 x 2 B = 1 GiB; FP8 half of it; gather reads, writes, re-reads.
+    assert decode_contender_bytes("triton_paged", **shape) == 1_073_741_824
+    assert decode_contender_bytes("triton_paged_fp8", **shape) == 536_870_912
+    assert decode_contender_bytes("gather_sdpa", **shape) == 3 * 1_073_741_824
+    # INT4: per token, KV head and K or V, 64 B of codes + two 2-B scales: 2 x 8 x 32768 x 8 x 68 B.
+    assert decode_contender_bytes("triton_paged_int4", **shape) == 285_212_672
+    # naive expands K and V to the 32 query heads (group 4): read once, write and read 4x: 9x.
+    assert decode_contender_bytes("naive", **shape) == 9 * 1_073_741_824
