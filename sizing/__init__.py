@@ -18,8 +18,14 @@ with ``.field`` naming the input)::
 
 Modules, one job each:
 
-* ``models``      ModelShape(layers, q_heads, kv_heads, head_dim, params, ...), AttentionKind
-* ``presets``     PRESET_IDS, presets(), get_preset(id) -> ModelPreset (.shape, .source), preset_shape(id)
+* ``models``      ModelShape(layers, q_heads, kv_heads, head_dim, params, layer_kinds, state, ...), AttentionKind
+* ``layers``      LayerKind, LayerGroup (per-GPU KV values or state per layer kind), RecurrentState
+* ``config_layers`` layer kinds from a config's layer_types or its family's pattern
+* ``layout_spec`` parse_layout("18 full + 18 sliding(128)" / "5 sliding(1024) : 1 full") for manual entry
+* ``catalogue``   the shipped published configs (data/models/): catalogue(), get_entry(id), search_catalogue(text)
+* ``presets``     PRESET_IDS, presets(), get_preset(id) -> ModelPreset (a catalogue entry), preset_shape(id)
+* ``hub``         a Hub model id through huggingface_hub: resolve_model_id(id) (catalogue fallback)
+* ``weights``     weight bytes by format (bf16, FP8, INT8, GPTQ/AWQ, MXFP4, NVFP4) from quantization_config
 * ``hf_config``   parse_hf_config(bytes|str|dict, name=, params=) -> ModelShape; estimate_params(...) -> ParamEstimate
 * ``precisions``  PRECISION_NAMES, get_precision(name, group_size=128) -> Precision (.bytes_per_value Fraction)
 * ``kv``          KVCacheSpec(model, precision, tp, block_size); weights_bytes, usable_bytes, gpus_needed,
@@ -30,6 +36,9 @@ Modules, one job each:
 * ``formula``     formula_steps -> FormulaStep; ``report_charts`` chart series and the reference table;
                   ``report_warnings`` SizingWarning
 * ``report``      size_deployment(SizingRequest) -> SizingReport
+* ``engine``      vLLM engine mode: memory profile, KV-cache groups, capacity, deployment, launch
+                  commands, the start-up-log parser and explainer (``python -m sizing --engine vllm``,
+                  ``python -m sizing explain-log``)
 
 Below the sizer: ``hardware.gpus`` (GPU_IDS, get_gpu(id) -> GPU, custom_gpu(...)), whose errors
 are plain :class:`inputs.errors.InputError`, and ``units`` (byte units, formatting, cdiv).
