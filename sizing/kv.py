@@ -15,6 +15,7 @@ dtype, not in the KV-cache dtype).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
@@ -196,14 +197,22 @@ def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, lim
     window = model.longest_window
     if window is not None and users * spec.sequence_bytes_all_gpus(window) <= budget:
         return None
-    if users * spec.sequence_bytes_all_gpus(limit) <= budget:
+    # 0 when not one token fits (a recurrent state alone can exceed the budget).
+    return largest_fitting(lambda tokens: users * spec.sequence_bytes_all_gpus(tokens) <= budget, limit)
+
+
+def largest_fitting(fits: Callable[[int], bool], limit: int) -> int:
+    """The largest ``n`` in ``1..limit`` with ``fits(n)``, for a ``fits`` true up to some point and
+    false beyond it (memory grows with length); 0 when ``fits(1)`` is false. Bisection:
+    ``O(log limit)`` calls."""
+    if fits(limit):
         return limit
-    if users * spec.sequence_bytes_all_gpus(1) > budget:
-        return 0  # not one token fits (a recurrent state alone can exceed the budget)
-    low, high = 0, limit  # invariant: low fits, high does not
+    if not fits(1):
+        return 0
+    low, high = 1, limit  # invariant: low fits, high does not
     while high - low > 1:
         mid = (low + high) // 2
-        if users * spec.sequence_bytes_all_gpus(mid) <= budget:
+        if fits(mid):
             low = mid
         else:
             high = mid

@@ -2,7 +2,7 @@
 and the shipped H200 results that need no kernel to show (targets and the page-size study).
 
 Imports nothing that imports Triton: ``kernels.bench.records`` / ``shipped`` / ``target_notes``,
-``ui.kernel_tables`` and ``ui.kernel_pagesize`` are plain Python and pandas.
+``ui.kernel_tables``, ``ui.kernel_pagesize`` and ``planner.page_size`` are plain Python and pandas.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import streamlit as st
 from kernels.bench.shipped import RESULTS_DIR, find_shipped_results, provenance_lines
 from simulation.explorer import WorkloadSettings, build_workload
 from simulation.workloads import PRESETS
-from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame, page_size_study
+from planner.page_size import page_size_study
+from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame
 from ui.kernel_tables import shown, target_formats, target_frame
 
 __all__ = ["offline_page", "UNAVAILABLE"]

@@ -1,115 +1,24 @@
-"""Which page size: the decode kernel's read rate per block size beside the waste it causes.
+"""Which page size, drawn: the study's table, figure and the sentence that answers the question.
 
-A report's page-size study (``BenchReport.page_sizes``: the bf16 kernel at block sizes 1–256
-on a few shapes, same run) gives the kernel's side; :func:`simulation.snapshot.sweep_block_sizes`
-gives the memory side for the user's workload (each request paged at its final length: the last
-block's empty slots, ≈ (B − 1) / 2 tokens per sequence). The two meet in one figure and one
-sentence. No streamlit here.
-
-Which block "fits the most": with memory full, the sequences that fit scale with the share of
-the cache that holds tokens (the utilisation), and the time of a decode step with the kernel's
-read rate; their product, each relative to its best, is the score the sentence ranks by.
+The numbers come from :func:`planner.page_size.page_size_study` (the decode kernel's read rate per
+block size from a report's page-size study, beside the simulator's waste for the user's
+workload). No streamlit here.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from kernels.bench.records import BenchReport
-from simulation.policies import clip_to_context
-from simulation.snapshot import DEFAULT_BLOCK_SIZE, sweep_block_sizes
-from simulation.workloads import Workload
+from planner.page_size import PageSizeStudy
+from simulation.snapshot import DEFAULT_BLOCK_SIZE
 
-__all__ = ["PageSizeStudy", "page_size_study", "page_size_frame", "page_size_figure", "page_size_answer",
-           "PAGE_SIZE_FORMATS", "FLAT_RATE"]
+__all__ = ["page_size_frame", "page_size_figure", "page_size_answer", "PAGE_SIZE_FORMATS", "FLAT_RATE"]
 
 # Below this spread of the kernel's rate over the block sizes the kernel does not pick the page size.
 FLAT_RATE = 0.05
 VLLM_DEFAULT_BLOCK = DEFAULT_BLOCK_SIZE  # vLLM's default, the block a reader compares with
-
-
-@dataclass(frozen=True, kw_only=True)
-class PageSizeStudy:
-    """The page-size study of one report against one workload.
-
-    Attributes
-    ----------
-    block_sizes : tuple of int, shape (k,)
-        Block sizes measured in every shape of the study, ascending (tokens per page).
-    shapes : tuple of str, shape (s,)
-        One label per measured shape ("batch 8 × 32,768").
-    tbps : tuple of tuple of float, shape (s, k)
-        The kernel's KV read rate, TB/s.
-    waste_tokens : tuple of float, shape (k,)
-        Simulated mean of B·⌈L/B⌉ − L over the workload's requests, tokens per sequence.
-    waste_expected : tuple of float, shape (k,)
-        (B − 1) / 2, the analytic expectation.
-    utilisation : tuple of float, shape (k,)
-        Σ L / Σ B·⌈L/B⌉: the share of the paged cache that holds tokens.
-    score : tuple of float, shape (k,)
-        Utilisation × mean relative rate, over its best (1.0 at the best block).
-    """
-
-    workload: str
-    n_requests: int
-    mean_tokens: float
-    max_context: int
-    block_sizes: tuple[int, ...]
-    shapes: tuple[str, ...]
-    tbps: tuple[tuple[float, ...], ...]
-    waste_tokens: tuple[float, ...]
-    waste_expected: tuple[float, ...]
-    utilisation: tuple[float, ...]
-    score: tuple[float, ...]
-
-    @property
-    def best_block(self) -> int:
-        return self.block_sizes[int(np.argmax(self.score))]
-
-    @property
-    def rate_spread(self) -> float:
-        """Largest (fastest / slowest − 1) over the shapes: how much the block size moves the kernel."""
-        return max(max(row) / min(row) - 1.0 for row in self.tbps)
-
-
-def _rates(report: BenchReport) -> tuple[tuple[int, ...], dict[tuple[int, int], dict[int, float]]]:
-    """Block sizes present in every shape, and each shape's TB/s per block size."""
-    by_shape: dict[tuple[int, int], dict[int, float]] = {}
-    for r in report.page_sizes:
-        m = r.get("triton_paged")
-        if m is not None and m.status == "ok" and m.rate:
-            by_shape.setdefault((r.shape.batch, r.shape.context), {})[r.shape.block_size] = m.rate
-    common = set.intersection(*(set(v) for v in by_shape.values())) if by_shape else set()
-    return tuple(sorted(common)), by_shape
-
-
-def page_size_study(report: BenchReport, workload: Workload, *, max_context: int) -> PageSizeStudy | None:
-    """The study of ``report`` against ``workload`` (requests clipped to ``max_context`` tokens);
-    None when the report has no page-size records with at least two common block sizes."""
-    blocks, by_shape = _rates(report)
-    if len(blocks) < 2:
-        return None
-    sweep = sweep_block_sizes(workload, max_context=max_context, block_sizes=blocks)
-    keys = sorted(by_shape)
-    tbps = np.array([[by_shape[k][b] for b in blocks] for k in keys])       # (s, k)
-    relative = (tbps / tbps.max(axis=1, keepdims=True)).mean(axis=0)        # (k,)
-    raw = sweep.utilisation * relative
-    prompt, output, _ = clip_to_context(workload, max_context)
-    lengths = prompt + output
-    return PageSizeStudy(
-        workload=workload.source or "workload", n_requests=int(lengths.size), mean_tokens=float(lengths.mean()),
-        max_context=max_context, block_sizes=blocks, shapes=tuple(f"batch {b} × {c:,}" for b, c in keys),
-        tbps=tuple(tuple(float(x) for x in row) for row in tbps),
-        waste_tokens=tuple(float(x) for x in sweep.waste_tokens_mean),
-        waste_expected=tuple(float(x) for x in sweep.waste_tokens_expected),
-        utilisation=tuple(float(x) for x in sweep.utilisation),
-        score=tuple(float(x) for x in raw / raw.max()),
-    )
 
 
 def page_size_frame(study: PageSizeStudy) -> pd.DataFrame:

@@ -21,7 +21,8 @@ from ui.kernel_charts import (
     roofline_points_frame, softmax_step_figure, sweep_figure,
 )
 from ui.kernel_controls import page_size_controls, softmax_controls
-from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame, page_size_study
+from planner.page_size import page_size_study
+from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame
 from ui.kernel_results import download_csv
 from ui.kernel_tables import (
     INTERPRETER_FORMATS, MEMORY_FORMATS, MIXED_FORMATS, interpreter_frame, memory_frame, mixed_frame, shown,

@@ -148,15 +148,21 @@ class DecodeShape:
         return f"B={self.batch} L={self.context} H={self.n_q_heads}/{self.n_kv_heads} d={self.head_dim}"
 
 
-@dataclass(frozen=True, kw_only=True)
-class DecodeResult:
-    shape: DecodeShape
-    num_splits: int  # split-KV parts the kernel used
-    kv_bytes: int  # decode_kv_bytes at 2 bytes per value
+class _Measured:
+    """A result holding ``measurements``: one contender's record by name."""
+
     measurements: tuple[Measurement, ...]
 
     def get(self, contender: str) -> Measurement | None:
         return next((m for m in self.measurements if m.contender == contender), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeResult(_Measured):
+    shape: DecodeShape
+    num_splits: int  # split-KV parts the kernel used
+    kv_bytes: int  # decode_kv_bytes at 2 bytes per value
+    measurements: tuple[Measurement, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,13 +182,10 @@ class PrefillShape:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrefillResult:
+class PrefillResult(_Measured):
     shape: PrefillShape
     flops: int
     measurements: tuple[Measurement, ...]
-
-    def get(self, contender: str) -> Measurement | None:
-        return next((m for m in self.measurements if m.contender == contender), None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -213,14 +216,11 @@ class MixedShape:
 
 
 @dataclass(frozen=True, kw_only=True)
-class MixedResult:
+class MixedResult(_Measured):
     shape: MixedShape
     flops: int  # varlen_flops of the batch, what every contender's TFLOP/s counts
     hbm_bytes: int  # least HBM bytes (cache once, queries and outputs)
     measurements: tuple[Measurement, ...]
-
-    def get(self, contender: str) -> Measurement | None:
-        return next((m for m in self.measurements if m.contender == contender), None)
 
 
 @dataclass(frozen=True, kw_only=True)

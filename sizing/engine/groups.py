@@ -38,7 +38,7 @@ from enum import StrEnum
 from fractions import Fraction
 
 from sizing.errors import SizingError
-from sizing.kv import KVCacheSpec
+from sizing.kv import KVCacheSpec, largest_fitting
 from sizing.layers import STATE_KINDS, LayerKind
 from sizing.models import ModelShape, check_int
 from sizing.precisions import Precision
@@ -166,19 +166,7 @@ class KVCacheLayout:
     def max_model_len(self, available_bytes: int | Fraction, limit: int, max_num_batched_tokens: int) -> int:
         """The largest ``max_model_len`` ≤ ``limit`` one request of which fits (0: not even 1 token)."""
         budget = Fraction(available_bytes)
-        fits = lambda length: self.request_bytes(length, max_num_batched_tokens) <= budget  # noqa: E731
-        if not fits(1):
-            return 0
-        low, high = 1, limit  # low fits; search the largest that does
-        if fits(high):
-            return high
-        while high - low > 1:
-            mid = (low + high) // 2
-            if fits(mid):
-                low = mid
-            else:
-                high = mid
-        return low
+        return largest_fitting(lambda length: self.request_bytes(length, max_num_batched_tokens) <= budget, limit)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -437,7 +437,7 @@ def test_page_size_study_by_hand():
     import numpy as np
 
     from simulation.workloads import Workload
-    from ui.kernel_pagesize import page_size_study
+    from planner.page_size import page_size_study
 
     report = read_bench_file(RESULTS_DIR / "h200-2026-12-01.json")
     same = Workload(prompt_tokens=np.full(50, 600), output_tokens=np.full(50, 400), source="fixed 1,000")
