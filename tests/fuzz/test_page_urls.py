@@ -29,10 +29,13 @@ TEXT_VALID = ("2 full + 2 sliding(64)", "5 sliding(1024) : 1 full", "1 full : 3 
 
 
 def _fields_of(page: str):
-    before = set(DECLARED)
+    # The registry is process-wide: empty it so that only this page's declarations are read,
+    # whichever pages other tests opened before, then put the others back.
+    others = dict(DECLARED)
+    DECLARED.clear()
     open_page(page)
-    names = (set(DECLARED) - before) or set(DECLARED)
-    fields = [f for name in sorted(names) for f in DECLARED[name]]
+    fields = [f for name in sorted(DECLARED) for f in DECLARED[name]]
+    DECLARED.update({name: f for name, f in others.items() if name not in DECLARED})
     assert fields, f"{page} declares no URL parameters"
     return fields
 
