@@ -11,7 +11,7 @@ import torch
 from kernels.decode_config import FP8_DTYPE
 from kernels.runtime import interpreter_active
 
-__all__ = ["check_tensor", "check_shapes", "check_strides", "check_scale", "check_values", "v_dim_major",
+__all__ = ["check_tensor", "check_shapes", "check_strides", "check_scale", "check_values",
            "SUPPORTED_HEAD_DIMS", "Q_DTYPES", "KV_DTYPES", "MAX_BLOCK_SIZE"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
@@ -78,16 +78,8 @@ def check_shapes(q, k_cache, v_cache, block_tables, seq_lens) -> None:
         raise ValueError(f"q is on {q.device}: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)")
 
 
-def v_dim_major(v_strides: tuple[int, ...]) -> bool:
-    """True when a ``[num_blocks, n_kv_heads, block_size, head_dim]`` V cache's pages are stored
-    head-dim-major (a transposed view: tokens contiguous, stride 1 on dim 2, not on dim 3)."""
-    return v_strides[3] != 1 and v_strides[2] == 1
-
-
 def check_strides(q, k_cache, v_cache, block_tables, seq_lens) -> None:
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("block_tables", block_tables)):
-        if name == "v_cache" and v_dim_major(t.stride()):
-            continue  # pages stored [head_dim, block_size]: the kernel loads runs of tokens
         if t.stride(-1) != 1 and t.shape[-1] > 1:
             raise ValueError(f"{name} last dim must be contiguous (stride 1), got strides {t.stride()}")
     if seq_lens.stride(0) != 1 and seq_lens.shape[0] > 1:

@@ -34,8 +34,7 @@ class DecodeConfig:
     num_stages: int = 3
     fp8_qk_dot: bool = False  # FP8 cache: q.k^T in e4m3 (query quantised per program) instead of fp16
     waves: int = 2  # waves of resident programs the split count aims at (see default_num_splits)
-    pdl: bool = False  # launch the merge as a programmatic dependent launch of the split kernel
-    direct_launch: bool = True  # later calls of a compiled signature skip the JIT's binding (kernels.launch_cache)
+    pdl: bool = True  # launch the merge as a programmatic dependent launch (Hopper+) of the split kernel
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):

@@ -360,15 +360,3 @@ def quantize_fp8(cache: PagedKVCache, *, per_head: bool = True) -> PagedKVCache:
     (see :func:`quantize_pool_fp8`). NaN-poisoned slots stay NaN."""
     k8, v8, ks, vs = quantize_kv_fp8(cache.k_cache, cache.v_cache, per_head=per_head)
     return replace(cache, k_cache=k8, v_cache=v8, k_scale=ks, v_scale=vs)
-
-
-def dim_major_pages(pool: torch.Tensor) -> torch.Tensor:
-    """The same pool with each page stored head-dim-major: a ``[num_blocks, n_kv_heads,
-    block_size, head_dim]`` view of ``[num_blocks, n_kv_heads, head_dim, block_size]`` storage.
-
-    An 8-bit V cache is read by the decode kernel's p.V product along the tokens; with tokens
-    contiguous in memory the loads stay wide and the MMA operand needs no byte transpose
-    (``kernels.paged_decode``'s ``V_DIM_MAJOR`` path). Values are unchanged.
-    """
-    return pool.transpose(2, 3).contiguous().transpose(2, 3)
-

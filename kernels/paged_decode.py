@@ -72,16 +72,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.decode_checks import (  # noqa: E402
-    KV_DTYPES,
-    SUPPORTED_HEAD_DIMS,
-    check_shapes,
-    check_strides,
-    check_values,
-    v_dim_major,
-)
+from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
-from kernels.launch_cache import aligned, launch  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     check_call_options,
     checked_once,
@@ -122,33 +114,6 @@ def _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _load_v_dim_major(v_head_ptr, table_ptr, start_n, end, offs_d, stride_vb, stride_vt, stride_vd,
-                      PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The ``[BLOCK_N, HEAD_DIM]`` V tile from pages stored head-dim-major (``[head_dim,
-    block_size]``, tokens contiguous), zero past ``end``.
-
-    Loaded as ``[chunks, HEAD_DIM, CHUNK]`` runs of contiguous tokens, one run per page (or per
-    ``BLOCK_N`` slice of a larger page), so the loads stay wide although the page index is a
-    gather; the mask is per run (so it does not break the vectors) and the ragged last run is
-    zeroed after the load.
-    """
-    CHUNK: tl.constexpr = PAGE_SIZE if PAGE_SIZE < BLOCK_N else BLOCK_N
-    CHUNKS: tl.constexpr = BLOCK_N // CHUNK
-    offs_p = tl.arange(0, CHUNKS)
-    offs_c = tl.arange(0, CHUNK)
-    first = start_n + offs_p * CHUNK  # first token of each run
-    live = first < end
-    page = tl.load(table_ptr + first // PAGE_SIZE, mask=live, other=0).to(tl.int64)
-    slot0 = tl.multiple_of(first % PAGE_SIZE, CHUNK)
-    ptrs = (v_head_ptr + page[:, None, None] * stride_vb + offs_d[None, :, None] * stride_vd
-            + (slot0[:, None, None] + offs_c[None, None, :]) * stride_vt)
-    v3 = tl.load(ptrs, mask=live[:, None, None], other=0.0)
-    tok = first[:, None, None] + offs_c[None, None, :]
-    v3 = tl.where(tok < end, v3, tl.zeros_like(v3))
-    return tl.reshape(tl.permute(v3, (0, 2, 1)), (BLOCK_N, HEAD_DIM))
-
-
-@triton.jit
 def _paged_decode_kernel(
     q_ptr,  # [batch, n_q_heads, HEAD_DIM] query, bf16/fp16
     k_cache_ptr,  # [num_blocks, n_kv_heads, PAGE_SIZE, HEAD_DIM] key pool
@@ -164,7 +129,7 @@ def _paged_decode_kernel(
     num_splits,  # parts each sequence is cut into (grid dim 2)
     stride_qb, stride_qh,
     stride_kb, stride_kh, stride_kt,
-    stride_vb, stride_vh, stride_vt, stride_vd,
+    stride_vb, stride_vh, stride_vt,
     stride_btb,
     stride_ob, stride_oh,
     stride_pob, stride_poh, stride_pos,
@@ -178,9 +143,8 @@ def _paged_decode_kernel(
     FP8_KV: tl.constexpr,  # FP8 cache: run the dots in fp16 (e4m3 -> fp16 is a native cvt)
     FP8_QK: tl.constexpr,  # FP8 cache: q.k^T as an e4m3 x e4m3 dot (query quantised per program)
     SPLIT: tl.constexpr,  # write partials + lse for the merge kernel instead of the output
-    V_DIM_MAJOR: tl.constexpr,  # V pages stored [head_dim, block_size] (tokens contiguous)
     INTERPRET: tl.constexpr,  # Triton interpreter: do the dots in fp32 (its bf16 math is wrong)
-    EARLY_MERGE_LAUNCH: tl.constexpr = False,  # let the merge kernel start (PDL) while this one runs
+    EARLY_MERGE_LAUNCH: tl.constexpr = False,  # let the merge kernel (a PDL dependent) start now
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -230,14 +194,10 @@ def _paged_decode_kernel(
         page = tl.load(table_ptr + offs_n // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
         slot = offs_n % PAGE_SIZE
         k_ptrs = k_head_ptr + page[:, None] * stride_kb + slot[:, None] * stride_kt + offs_d[None, :]
+        v_ptrs = v_head_ptr + page[:, None] * stride_vb + slot[:, None] * stride_vt + offs_d[None, :]
         # Masked with other=0: slots past the end may hold NaN and must not enter the dots.
         k = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0)
-        if V_DIM_MAJOR:
-            v = _load_v_dim_major(v_head_ptr, table_ptr, start_n, end, offs_d, stride_vb, stride_vt, stride_vd,
-                                  PAGE_SIZE, BLOCK_N, HEAD_DIM)
-        else:
-            v_ptrs = v_head_ptr + page[:, None] * stride_vb + slot[:, None] * stride_vt + offs_d[None, :]
-            v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
         if INTERPRET:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -311,6 +271,8 @@ def _merge_splits_kernel(
     seq = tl.program_id(0)
     head = tl.program_id(1)
     if WAIT_FOR_SPLITS:
+        # Programmatic dependent launch: this grid may be resident before the split kernel has
+        # finished; griddepcontrol.wait returns once its writes are complete and visible.
         tl.extra.cuda.gdc_wait()
     offs_s = tl.arange(0, SPLITS_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -407,22 +369,21 @@ def paged_decode_attention(
 
     out = torch.empty_like(q)
     part_out, part_lse, part_strides = split_buffers(plan, q, out)
-    ks_arg, vs_arg = (ks if ks is not None else out), (vs if vs is not None else out)
-    args = (
-        q, k_cache, v_cache, block_tables, seq_lens, ks_arg, vs_arg, out, part_out, part_lse,
+    _paged_decode_kernel[plan.grid](
+        q, k_cache, v_cache, block_tables, seq_lens,
+        ks if ks is not None else out, vs if vs is not None else out,
+        out, part_out, part_lse,
         sm_scale * LOG2_E, plan.num_splits,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2), v_cache.stride(3),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
         out.stride(0), out.stride(1),
         *part_strides,
+        **constexprs,
     )
-    launch_key = None if key is None else (
-        key, config, plan, aligned(q, k_cache, v_cache, block_tables, seq_lens, ks_arg, vs_arg, out, part_out, part_lse))
-    launch(_paged_decode_kernel, plan.grid, launch_key, args, constexprs, direct=config.direct_launch)
     if plan.split:
-        merge_splits(part_out, part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"], direct=config.direct_launch)
+        merge_splits(part_out, part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
 
@@ -430,21 +391,31 @@ def paged_decode_attention(
 def _constexprs(key: tuple, config: DecodeConfig, split: bool) -> dict:
     """The kernel's compile-time arguments for one call signature."""
     (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
-    v_strides = key[2][3]
     fp8 = k_dtype == FP8_DTYPE
     interpret = interpreted(device)
     group = n_q_heads // n_kv_heads
     return dict(
         GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         PAGE_SIZE=block_size, BLOCK_N=config.block_n, HAS_SCALES=fp8, FP8_KV=fp8,
-        FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split, V_DIM_MAJOR=v_dim_major(v_strides),
-        EARLY_MERGE_LAUNCH=config.pdl and split and not interpret,
+        FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
+        EARLY_MERGE_LAUNCH=pdl_merge(config, split, device),
         INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
     )
 
 
-def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, *, pdl: bool = False,
-                 direct: bool = False) -> torch.Tensor:
+def pdl_merge(config: DecodeConfig, split: bool, device: torch.device) -> bool:
+    """Whether a split call launches its merge as a programmatic dependent launch: asked for by
+    the config, compiled (not interpreted), on a GPU that has it (compute capability 9.0+)."""
+    return config.pdl and split and not interpreted(device) and _has_pdl(device)
+
+
+@lru_cache(maxsize=8)
+def _has_pdl(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, *,
+                 pdl: bool = False) -> torch.Tensor:
     """Merge split-KV partial outputs into ``out`` (the second kernel of a split call).
 
     ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 normalised partial outputs
@@ -452,17 +423,16 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     log-sum-exps (last dim contiguous; ``-inf`` for an empty split, split 0 never empty), ``out``
     ``[batch, n_q_heads, head_dim]``. Public so the merge can be timed on its own.
 
-    ``pdl``: the split kernel was launched with ``EARLY_MERGE_LAUNCH``; this kernel is then a
-    programmatic dependent launch (it may start while the splits finish, and waits for their
-    results with ``griddepcontrol.wait``). ``direct``: use :mod:`kernels.launch_cache`.
+    ``pdl``: the split kernel was launched with ``EARLY_MERGE_LAUNCH``; this one then goes out
+    as its programmatic dependent launch and waits on the device, not behind the stream.
     """
     batch, n_q_heads, num_splits, head_dim = part_out.shape
-    args = (part_out, part_lse, out, num_splits,
-            part_out.stride(0), part_out.stride(1), part_out.stride(2),
-            part_lse.stride(0), part_lse.stride(1),
-            out.stride(0), out.stride(1))
-    constexprs = dict(SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl,
-                      num_warps=4, **({"launch_pdl": True} if pdl else {}))
-    key = (signature(part_out, part_lse, out), pdl, aligned(part_out, part_lse, out)) if direct else None
-    launch(_merge_splits_kernel, (batch, n_q_heads, 1), key, args, constexprs, direct=direct)
+    _merge_splits_kernel[(batch, n_q_heads)](
+        part_out, part_lse, out, num_splits,
+        part_out.stride(0), part_out.stride(1), part_out.stride(2),
+        part_lse.stride(0), part_lse.stride(1),
+        out.stride(0), out.stride(1),
+        SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl,
+        num_warps=4, **({"launch_pdl": True} if pdl else {}),
+    )
     return out

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.decode_checks import MAX_BLOCK_SIZE, Q_DTYPES, check_tensor, check_values, v_dim_major  # noqa: E402
+from kernels.decode_checks import MAX_BLOCK_SIZE, Q_DTYPES, check_tensor, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     check_call_options,
@@ -41,15 +41,14 @@ from kernels.decode_launch import (  # noqa: E402
     split_buffers,
     split_plan,
 )
-from kernels.launch_cache import aligned, launch  # noqa: E402
 from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool  # noqa: E402
 from kernels.paged_decode import (  # noqa: E402
     LOG2_E,
     MIN_GROUP_PAD,
-    _load_v_dim_major,
     _split_range,
     _write_output,
     merge_splits,
+    pdl_merge,
 )
 
 __all__ = ["paged_decode_int4", "default_int4_config"]
@@ -74,10 +73,10 @@ def _dequant(codes, HIGH: tl.constexpr, DEQUANT: tl.constexpr, INTERPRET: tl.con
 def _int4_tile(
     q_lo, q_hi, m_i, l_i, acc_lo, acc_hi, scale, start_n, end,
     table_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-    stride_kb, stride_kt, stride_vb, stride_vt, stride_vd, stride_ksb, stride_kst, stride_vsb, stride_vst,
+    stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
     offs_h,
     PAGE_SIZE: tl.constexpr, BLOCK_N: tl.constexpr,
-    DEQUANT: tl.constexpr, V_DIM_MAJOR: tl.constexpr, INTERPRET: tl.constexpr,
+    DEQUANT: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     """One online-softmax step over ``BLOCK_N`` tokens; returns m, l and the two accumulators."""
     offs_n = start_n + tl.arange(0, BLOCK_N)
@@ -85,16 +84,12 @@ def _int4_tile(
     page = tl.load(table_ptr + offs_n // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
     slot = offs_n % PAGE_SIZE
     k_ptrs = k_head_ptr + page[:, None] * stride_kb + slot[:, None] * stride_kt + offs_h[None, :]
+    v_ptrs = v_head_ptr + page[:, None] * stride_vb + slot[:, None] * stride_vt + offs_h[None, :]
     ks_ptrs = ks_head_ptr + page * stride_ksb + slot * stride_kst
     vs_ptrs = vs_head_ptr + page * stride_vsb + slot * stride_vst
     # Past the end: codes 8 (value 0) and scale 0, so NaN scales of unwritten slots never load.
     kp = tl.load(k_ptrs, mask=mask_n[:, None], other=8)
-    if V_DIM_MAJOR:
-        vp = _load_v_dim_major(v_head_ptr, table_ptr, start_n, end, offs_h, stride_vb, stride_vt, stride_vd,
-                               PAGE_SIZE, BLOCK_N, offs_h.shape[0])
-    else:
-        v_ptrs = v_head_ptr + page[:, None] * stride_vb + slot[:, None] * stride_vt + offs_h[None, :]
-        vp = tl.load(v_ptrs, mask=mask_n[:, None], other=8)
+    vp = tl.load(v_ptrs, mask=mask_n[:, None], other=8)
     ks_lo = tl.load(ks_ptrs, mask=mask_n, other=0.0).to(tl.float32)
     ks_hi = tl.load(ks_ptrs + 1, mask=mask_n, other=0.0).to(tl.float32)
     vs_lo = tl.load(vs_ptrs, mask=mask_n, other=0.0).to(tl.float32)
@@ -124,14 +119,16 @@ def _paged_decode_int4_kernel(
     out_ptr, part_out_ptr, part_lse_ptr,  # as in the bf16 kernel
     qk_scale, num_splits,
     stride_qb, stride_qh,
-    stride_kb, stride_kh, stride_kt, stride_vb, stride_vh, stride_vt, stride_vd,
+    stride_kb, stride_kh, stride_kt, stride_vb, stride_vh, stride_vt,
     stride_ksb, stride_ksh, stride_kst, stride_vsb, stride_vsh, stride_vst,
     stride_btb, stride_ob, stride_oh,
     stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DEQUANT: tl.constexpr, V_DIM_MAJOR: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DEQUANT: tl.constexpr,
+    INTERPRET: tl.constexpr, EARLY_MERGE_LAUNCH: tl.constexpr = False,
 ):
+    if EARLY_MERGE_LAUNCH:
+        tl.extra.cuda.gdc_launch_dependents()
     HALF: tl.constexpr = HEAD_DIM // 2
     kv_head = tl.program_id(0)
     seq = tl.program_id(1)
@@ -166,8 +163,8 @@ def _paged_decode_int4_kernel(
         m_i, l_i, acc_lo, acc_hi = _int4_tile(
             q_lo, q_hi, m_i, l_i, acc_lo, acc_hi, qk_scale, start_n, end,
             table_ptr, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr,
-            stride_kb, stride_kt, stride_vb, stride_vt, stride_vd, stride_ksb, stride_kst, stride_vsb, stride_vst,
-            offs_h, PAGE_SIZE, BLOCK_N, DEQUANT, V_DIM_MAJOR, INTERPRET,
+            stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
+            offs_h, PAGE_SIZE, BLOCK_N, DEQUANT, INTERPRET,
         )
     has_tokens = l_i > 0.0
     norm = tl.where(has_tokens, l_i, 1.0)[:, None]
@@ -196,8 +193,7 @@ def _check_int4(q, k: Int4Pool, v: Int4Pool, block_tables, seq_lens) -> None:
         check_tensor(f"{name}.scales", pool.scales, 4, (SCALE_DTYPE,))
         if tuple(pool.scales.shape) != tuple(pool.data.shape[:3]) + (2,):
             raise ValueError(f"{name}.scales must be {tuple(pool.data.shape[:3]) + (2,)}, got {tuple(pool.scales.shape)}")
-        if (pool.data.stride(-1) != 1 and not (name == "v" and v_dim_major(pool.data.stride()))) \
-                or pool.scales.stride(-1) != 1:
+        if pool.data.stride(-1) != 1 or pool.scales.stride(-1) != 1:
             raise ValueError(f"{name}.data and {name}.scales need a contiguous last dim")
     if k.data.shape != v.data.shape:
         raise ValueError(f"k and v pools differ in shape: {tuple(k.data.shape)} and {tuple(v.data.shape)}")
@@ -252,32 +248,26 @@ def paged_decode_int4(
     if validate:
         check_values(block_tables, seq_lens, num_blocks, block_size)
     config = config or default_int4_config(head_dim)
-    plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n,
-                      config.waves)
+    plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n)
     group = n_q_heads // n_kv_heads
+    pdl = pdl_merge(config, plan.split, q.device)
     out = torch.empty_like(q)
     part_out, part_lse, part_strides = split_buffers(plan, q, out)
-    args = (
+    _paged_decode_int4_kernel[plan.grid](
         q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
         out, part_out, part_lse,
         sm_scale * LOG2_E, plan.num_splits,
         q.stride(0), q.stride(1),
-        k.data.stride(0), k.data.stride(1), k.data.stride(2),
-        v.data.stride(0), v.data.stride(1), v.data.stride(2), v.data.stride(3),
+        k.data.stride(0), k.data.stride(1), k.data.stride(2), v.data.stride(0), v.data.stride(1), v.data.stride(2),
         k.scales.stride(0), k.scales.stride(1), k.scales.stride(2),
         v.scales.stride(0), v.scales.stride(1), v.scales.stride(2),
         block_tables.stride(0), out.stride(0), out.stride(1),
         *part_strides,
-    )
-    constexprs = dict(
         GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=plan.split,
-        DEQUANT=dequant, V_DIM_MAJOR=v_dim_major(v.data.stride()), INTERPRET=interpreted(q.device),
+        DEQUANT=dequant, INTERPRET=interpreted(q.device), EARLY_MERGE_LAUNCH=pdl,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )
-    launch_key = None if key is None else (key, config, plan, dequant, aligned(q, k.data, v.data, k.scales, v.scales,
-                                                                         block_tables, seq_lens, out, part_out, part_lse))
-    launch(_paged_decode_int4_kernel, plan.grid, launch_key, args, constexprs, direct=config.direct_launch)
     if plan.split:
-        merge_splits(part_out, part_lse, out, direct=config.direct_launch)
+        merge_splits(part_out, part_lse, out, pdl=pdl)
     return out

@@ -13,10 +13,8 @@ import math
 import pytest
 import torch
 
-from dataclasses import replace
-
-from kernels.paged_cache import build_paged_cache, dim_major_pages, paged_from_contiguous, quantize_fp8
-from kernels.paged_decode import DecodeConfig, default_num_splits, paged_decode_attention
+from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
+from kernels.paged_decode import DecodeConfig, default_num_splits, paged_decode_attention, pdl_merge
 from kernels.paged_reference import paged_attention_reference
 from kernels.tolerances import tolerance
 
@@ -139,27 +137,17 @@ def test_fp8_within_tolerance_of_dequantised_reference(per_head):
     assert (out.float() - _ref(q, c16)).abs().max().item() < 0.25
 
 
-@pytest.mark.parametrize("block_size", [1, 16, 32, 256])
-@pytest.mark.parametrize("fp8", [False, True])
-def test_dim_major_v_pages_match_the_row_layout(block_size, fp8):
-    """V pages stored [head_dim, block_size] (tokens contiguous) give the reference's output:
-    tails shorter than a page, a page larger than the tile, NaN in every unused slot."""
-    q, c = _case([97, 17, 1], hq=8, hkv=2, block_size=block_size, seed=block_size)
-    if fp8:
-        c = quantize_fp8(c)
-    c_dim = replace(c, v_cache=dim_major_pages(c.v_cache))
-    assert c_dim.v_cache.stride(2) == 1 or block_size == 1
-    assert torch.equal(c_dim.v_cache.float().nan_to_num(7.0), c.v_cache.float().nan_to_num(7.0))
-    ref = _ref(q, c)
-    for splits in (1, 3):
-        _assert_close(_run(q, c_dim, num_splits=splits, config=DecodeConfig(block_n=16)), ref,
-                      TOLERANCE["fp8" if fp8 else "bf16"])
-
-
-def test_dim_major_k_pages_are_refused():
-    q, c = _case([17], hq=4, hkv=2)
-    with pytest.raises(ValueError, match="k_cache last dim must be contiguous"):
-        paged_decode_attention(q, dim_major_pages(c.k_cache), c.v_cache, c.block_tables, c.seq_lens)
+def test_pdl_merge_only_where_it_can_run():
+    """The merge goes out as a programmatic dependent launch only for split calls compiled for a
+    GPU of compute capability 9.0+ (griddepcontrol is Hopper's); never in the interpreter."""
+    cfg = DecodeConfig()
+    assert cfg.pdl
+    assert not pdl_merge(cfg, True, torch.device("cpu"))
+    assert not pdl_merge(cfg, False, torch.device(DEVICE))
+    assert not pdl_merge(DecodeConfig(pdl=False), True, torch.device(DEVICE))
+    if ON_GPU:
+        hopper = torch.cuda.get_device_capability()[0] >= 9
+        assert pdl_merge(cfg, True, torch.device("cuda")) == hopper
 
 
 def test_default_num_splits_fills_the_gpu():
@@ -310,15 +298,24 @@ def test_gpu_block_size_invariance_and_splits():
 
 @pytest.mark.gpu
 @gpu
-@pytest.mark.parametrize("pdl", [False, True])
-def test_gpu_dim_major_fp8_pdl_and_direct_launch(pdl):
-    """FP8 with dim-major V pages at real sizes; the merge as a programmatic dependent launch;
-    repeated calls (the direct-launch path after the first) give the first call's output."""
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gpu_pdl_merge_equals_the_stream_ordered_merge(fp8):
+    """The merge as a PDL dependent (waiting on the device) gives bit-identical output to the
+    merge launched behind the split kernel, eagerly and inside a CUDA graph."""
     q, c = _case([20000, 4096, 999], block_size=16, hq=32, hkv=8, d=128, seed=5, spare=5)
-    c = quantize_fp8(c)
-    c_dim = replace(c, v_cache=dim_major_pages(c.v_cache))
-    cfg = replace(DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=True, waves=1), pdl=pdl)
-    outs = [_run(q, c_dim, num_splits=12, config=cfg) for _ in range(3)]
-    _assert_close(outs[0], _ref(q, c), TOLERANCE["fp8"])
-    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    if fp8:
+        c = quantize_fp8(c)
+    base = DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=True, waves=1) if fp8 else DecodeConfig()
+    ordered = _run(q, c, num_splits=12, config=DecodeConfig(**{**base.__dict__, "pdl": False}))
+    eager = _run(q, c, num_splits=12, config=base)
+    assert torch.equal(eager, ordered)
+    _assert_close(eager, _ref(q, c), TOLERANCE["fp8" if fp8 else "bf16"])
+    graph = torch.cuda.CUDAGraph()
+    _run(q, c, num_splits=12, config=base)  # compiled before capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = _run(q, c, num_splits=12, config=base)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, ordered)
 

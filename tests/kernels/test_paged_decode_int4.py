@@ -11,10 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dataclasses import replace
-
-from kernels.int4_cache import Int4Pool, dequantize_int4, quantize_int4, quantize_pool_int4
-from kernels.paged_cache import build_paged_cache, dim_major_pages, paged_from_contiguous
+from kernels.int4_cache import dequantize_int4, quantize_int4, quantize_pool_int4
+from kernels.paged_cache import build_paged_cache, paged_from_contiguous
 from kernels.paged_decode import DecodeConfig
 from kernels.paged_decode_int4 import paged_decode_int4
 from kernels.paged_reference import paged_attention_reference
@@ -113,20 +111,6 @@ def test_nan_scales_in_unused_slots_do_not_reach_the_output():
     _assert_close(_run(q, c, num_splits=2, config=DecodeConfig(block_n=16)), _ref(q, c))
 
 
-def _dim_major_v(c):
-    return replace(c, v=Int4Pool(data=dim_major_pages(c.v.data), scales=c.v.scales))
-
-
-@pytest.mark.parametrize("block_size", [1, 16, 256])
-def test_dim_major_v_codes_match_the_row_layout(block_size):
-    """V codes stored [head_dim / 2, block_size] per page (tokens contiguous): same output."""
-    q, c = _case([97, 17, 1], hq=8, hkv=2, block_size=block_size, seed=block_size)
-    c_dim = _dim_major_v(c)
-    assert torch.equal(c_dim.v.data, c.v.data)  # same values, other strides
-    for splits in (1, 3):
-        _assert_close(_run(q, c_dim, num_splits=splits, config=DecodeConfig(block_n=16)), _ref(q, c))
-
-
 def test_bad_inputs_name_the_argument():
     q, c = _case([17])
     with pytest.raises(ValueError, match="k must be an Int4Pool"):
@@ -146,5 +130,3 @@ def test_gpu_real_sizes(bs, splits):
     q, c = _case([4096, 999, 33], block_size=bs, hq=32, hkv=8, d=128, seed=11, spare=5)
     for dequant in (0, 1):
         _assert_close(_run(q, c, num_splits=splits, dequant=dequant), _ref(q, c))
-        _assert_close(_run(q, _dim_major_v(c), num_splits=splits, dequant=dequant), _ref(q, c))
-
