@@ -36,7 +36,10 @@ bf16 query must then lie within fp16 range (|q| < 65504).
 Split-KV merge: a second, tiny kernel. Merging inside the split kernel (the last split program
 of each (sequence, KV head) to finish, found with an atomic ticket) was measured slower in every
 split shape: its serial merge sits on the critical path (batch 1 x 32K: 0.0526 ms against 0.0416
-with two launches; benchmarks/NOTES-decode.md, round 5).
+with two launches; benchmarks/NOTES-decode.md, round 5). On Hopper the merge goes out as a
+programmatic dependent launch (``DecodeConfig.pdl``): the split kernel lets it start at once and
+it waits on the device (``griddepcontrol.wait``) instead of behind the stream, which took an
+eager batch-1 x 32K call from 0.135 to 0.066 ms and left graph replays unchanged (round 9).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------

@@ -18,27 +18,29 @@ TARGET_LIMITS: dict[str, str] = {
         "Decode streams the KV cache once, so its rate is capped by HBM bandwidth; below the target the "
         "grid does not fill the SMs or the block loads are too short to keep enough bytes in flight.",
     "decode_large_vs_cudnn":
-        "cuDNN runs one fused kernel on contiguous KV, while this kernel pays a split pass plus a merge "
-        "launch and a block-table lookup per token; a merge fused into the split kernel was tried and "
-        "was slower, so the last 2-4 % remain.",
+        "cuDNN runs one fused kernel on contiguous KV, while this kernel pays a block-table lookup per "
+        "token and, where it splits, a merge (launched early as a dependent, PDL); a merge fused into "
+        "the split kernel and other split counts were tried and were slower, so the last 1-3 % remain.",
     "decode_large_vs_gather":
         "Gather-then-SDPA writes and re-reads a contiguous copy (3x the bytes); a ratio below the "
         "target means the kernel itself runs far under the bandwidth limit.",
     "decode_b1_32k_vs_cudnn":
         "At batch 1 only 8 KV heads exist, so the context is split 66 ways and merged by a second "
-        "launch; cuDNN does it in one fused kernel, and the fused merge tried here was slower "
-        "(0.93x of cuDNN).",
+        "kernel; cuDNN does it in one fused kernel. A fused merge, other split counts and a PDL merge "
+        "were tried: 0.93-0.95x of cuDNN.",
     "decode_fp8_vs_bf16":
-        "The e4m3 values of V are converted to fp16 through shared memory before the p.V MMA, so "
-        "halving the bytes does not halve the time; an FP8 p.V MMA needs token-major V and lost "
-        "accuracy when tried.",
+        "The e4m3 values of V are converted to fp16 for the p.V MMA after a byte-wise shared-memory "
+        "load into the operand layout, so halving the bytes does not halve the time; an FP8 p.V MMA "
+        "lost accuracy, and V pages stored head-dim-major (no byte loads) were slower still.",
     "decode_int4_vs_bf16":
-        "Every 4-bit value is unpacked in registers, written to shared memory as fp16 and reloaded for "
-        "the MMA, so the kernel processes elements at the bf16 kernel's rate; dequantising in the MMA "
-        "operand layout (Marlin's scheme) is not expressible in Triton 3.6.",
+        "Every 4-bit value is unpacked in registers and moved between layouts for the MMA (240 "
+        "registers a thread, two programs per SM), so the kernel processes elements at about the bf16 "
+        "kernel's rate; head-dim-major V codes were slower, and dequantising in the MMA operand layout "
+        "(Marlin's scheme) is not expressible in Triton 3.6.",
     "decode_eager_overhead_us":
-        "What an eager call costs above a CUDA-graph replay is Triton's Python launch path for the "
-        "split kernel and its merge (about 30-60 us for two launches), and it varies with the host's load.",
+        "What an eager call costs above a CUDA-graph replay is the host's Python and launch path for "
+        "the split kernel and its merge (the merge goes out early as a PDL dependent on Hopper); it "
+        "varies several-fold with the host's load.",
     "prefill_vs_flash_causal":
         "The tiled forward is compute-bound; below the target its tile shape or pipeline depth does not "
         "keep the tensor cores busy at this N.",
