@@ -29,8 +29,8 @@ TARGET_LIMITS: dict[str, str] = {
         "kernel; cuDNN does it in one fused kernel. A fused merge, other split counts and a PDL merge "
         "were tried: 0.93-0.95x of cuDNN.",
     "decode_fp8_vs_bf16":
-        "The e4m3 values of V are converted to fp16 for the p.V MMA after a byte-wise shared-memory "
-        "load into the operand layout, so halving the bytes does not halve the time; an FP8 p.V MMA "
+        "The e4m3 values of V are converted to fp16 for the p.V MMA after a byte-wise load from shared "
+        "memory into the operand layout, so halving the bytes does not halve the time; an FP8 p.V MMA "
         "lost accuracy, and V pages stored head-dim-major (no byte loads) were slower still.",
     "decode_int4_vs_bf16":
         "Every 4-bit value is unpacked in registers and moved between layouts for the MMA (240 "
