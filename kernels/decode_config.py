@@ -35,6 +35,7 @@ class DecodeConfig:
     fp8_qk_dot: bool = False  # FP8 cache: q.k^T in e4m3 (query quantised per program) instead of fp16
     waves: int = 2  # waves of resident programs the split count aims at (see default_num_splits)
     pdl: bool = True  # launch the merge as a programmatic dependent launch (Hopper+) of the split kernel
+    maxnreg: int | None = None  # register cap per thread (more programs resident per SM), or the compiler's choice
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -45,6 +46,8 @@ class DecodeConfig:
             raise ValueError(f"num_stages must be >= 1, got {self.num_stages}")
         if self.waves not in (1, 2):
             raise ValueError(f"waves must be 1 or 2, got {self.waves}")
+        if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
+            raise ValueError(f"maxnreg must be None or in 24..255, got {self.maxnreg}")
 
 
 def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
@@ -60,10 +63,10 @@ def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
     per SM), so the tile shrinks for head_dim 256.
     """
     if head_dim >= 256:
-        return DecodeConfig(block_n=32, num_warps=4, num_stages=3)
+        return DecodeConfig(block_n=32, num_warps=4, num_stages=3, waves=1)
     if kv_dtype == FP8_DTYPE:
         return DecodeConfig(block_n=128, num_warps=4, num_stages=2, fp8_qk_dot=True, waves=1)
-    return DecodeConfig(block_n=64, num_warps=4, num_stages=3)
+    return DecodeConfig(block_n=64, num_warps=4, num_stages=3, waves=1)
 
 
 @lru_cache(maxsize=8)
@@ -73,36 +76,38 @@ def sm_count(device_index: int) -> int:
 
 
 def default_num_splits(
-    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2
+    batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2,
+    resident: int = 2,
 ) -> int:
     """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
 
-    About two programs are resident per SM (3 stages of 64 x 128 bf16 K and V tiles take
-    96 KiB of shared memory), so ``2 * sm_count`` programs make one wave. Measured on the H200
-    (132 SMs): two full waves are best, a partial last wave costs up to 40 %: batch 8 x 8 KV
-    heads at 32K ran 0.258 ms with 8 splits (512 programs, 1.94 waves) and 0.370 ms with 9
-    (576, 2.2 waves); batch 32 ran 0.96 ms with 2 splits and 1.12 ms with 3. So aim for
-    ``4 * sm_count`` programs, round the split count to the neighbour that wastes less of the
-    last wave, keep at least 4 tiles per split, and do not split once ``batch * n_kv_heads``
-    alone makes two waves.
-
-    ``waves=1`` (the FP8 kernel, whose programs do more work per byte) aims at one wave and
-    breaks a tie between equally full waves toward more splits: batch 32 x 32K FP8 ran 0.808 ms
-    with 2 splits and 0.832 with 1 (benchmarks/NOTES-decode.md, round 8).
+    ``resident`` programs fit on an SM at once (the compiled kernel's registers and shared
+    memory, :mod:`kernels.occupancy`), so ``resident * sm_count`` programs make one wave; a
+    partial last wave costs up to 40 % on the H200 (132 SMs): the bf16 kernel (4 resident) at
+    batch 8 x 8 KV heads x 32K ran 0.258 ms with 8 splits (512 programs, 0.97 of a wave) and
+    0.370 ms with 9 (576, 1.09 waves); the FP8 kernel (3 resident) at batch 8 ran 0.199 ms with
+    6 splits (384 programs, 0.97 of a wave) and 0.245 with 8 (1.29 waves). So aim for ``waves``
+    whole waves (or the other of one and two, when that fills its last wave better), round the
+    split count to the neighbour that wastes less of the last wave, keep at least 4 tiles per
+    split, and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
+    choices, the configured number of waves wins, then more splits for one wave and fewer for
+    two (benchmarks/NOTES-decode.md, rounds 4, 8 and 10).
     """
     programs = batch * n_kv_heads
-    slots = 2 * sm_count  # programs resident at once
-    target = waves * slots
-    if programs >= target:
+    slots = resident * sm_count  # programs resident at once
+    if programs >= waves * slots:
         return 1
-    ideal = target / programs
-    candidates = sorted({max(1, math.floor(ideal)), max(1, math.ceil(ideal))})
+    cap = max(1, min(cdiv(max_len, block_n) // 4, MAX_SPLITS))
+
+    def candidates(w: int) -> set[int]:
+        ideal = w * slots / programs
+        return {min(cap, max(1, math.floor(ideal))), min(cap, max(1, math.ceil(ideal)))}
 
     def wave_efficiency(splits: int) -> float:
         total = programs * splits
         return total / (cdiv(total, slots) * slots)
 
+    preferred = candidates(waves)
     toward = 1 if waves == 1 else -1  # on a tie: more splits for one wave, fewer for two
-    splits = max(candidates, key=lambda s: (round(wave_efficiency(s), 2), toward * s))
-    tiles = cdiv(max_len, block_n)
-    return max(1, min(splits, max(1, tiles // 4), MAX_SPLITS))
+    return max(preferred | candidates(3 - waves),
+               key=lambda s: (round(wave_efficiency(s), 2), s in preferred, toward * s))

@@ -18,10 +18,11 @@ import torch
 
 from kernels.decode_checks import check_scale
 from kernels.decode_config import FP8_DTYPE, MAX_SPLITS, default_num_splits, sm_count
+from kernels.occupancy import resident_programs
 from kernels.runtime import interpreter_active
 
 __all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
-           "check_call_options", "interpreted"]
+           "check_call_options", "interpreted", "resident_per_sm", "DEFAULT_RESIDENT"]
 
 # Signatures whose shape and stride checks passed (bounded: cleared when full).
 _CHECKED: set[tuple] = set()
@@ -66,12 +67,32 @@ class SplitPlan:
 
 @lru_cache(maxsize=256)
 def split_plan(batch: int, n_kv_heads: int, max_len: int, device: torch.device, num_splits: int | None,
-               block_n: int, waves: int = 2) -> SplitPlan:
+               block_n: int, waves: int = 2, resident: int = 2) -> SplitPlan:
     """The split count (``default_num_splits`` unless given) and grid for a call."""
     if num_splits is None:
         sms = sm_count(device.index or 0) if device.type == "cuda" else 4
-        num_splits = default_num_splits(batch, n_kv_heads, max_len, block_n, sms, waves)
+        num_splits = default_num_splits(batch, n_kv_heads, max_len, block_n, sms, waves, resident)
     return SplitPlan(grid=(n_kv_heads, batch, num_splits), num_splits=num_splits)
+
+
+# Programs resident per SM of each compiled split kernel, by call signature and config.
+_RESIDENT: dict[tuple, int] = {}
+DEFAULT_RESIDENT = 2  # assumed where nothing is compiled (the interpreter)
+
+
+def resident_per_sm(cache_key: tuple, compile_kernel: Callable[[], object]) -> int:
+    """Programs per SM of the kernel that ``compile_kernel()`` compiles (``JITFunction.warmup``:
+    compiled, not launched), from its registers and shared memory; cached under ``cache_key``."""
+    n = _RESIDENT.get(cache_key)
+    if n is None:
+        compiled = compile_kernel()
+        compiled._init_handles()  # loads the binary: the register count is known from here
+        n = resident_programs(registers_per_thread=compiled.n_regs, shared_bytes=compiled.metadata.shared,
+                              num_warps=compiled.metadata.num_warps)
+        if len(_RESIDENT) >= _MAX_CHECKED:
+            _RESIDENT.clear()
+        _RESIDENT[cache_key] = n
+    return n
 
 
 def check_call_options(sm_scale, num_splits, head_dim: int) -> float:

@@ -78,10 +78,13 @@ import triton.language as tl  # noqa: E402
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
+    DEFAULT_RESIDENT,
+    SplitPlan,
     check_call_options,
     checked_once,
     fp8_scales,
     interpreted,
+    resident_per_sm,
     signature,
     split_buffers,
     split_plan,
@@ -92,6 +95,7 @@ __all__ = [
     "default_config",
     "default_num_splits",
     "paged_decode_attention",
+    "decode_num_splits",
     "merge_splits",
     "SUPPORTED_HEAD_DIMS",
     "KV_DTYPES",
@@ -353,6 +357,17 @@ def paged_decode_attention(
         For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
         lengths beyond a table or head counts that do not divide; before any launch.
     """
+    plan, launch_args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
+                                                  v_scale, num_splits, config, validate)
+    _paged_decode_kernel[plan.grid](*launch_args, **constexprs)
+    if plan.split:
+        merge_splits(launch_args[8], launch_args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
+    return out
+
+
+def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_scale, num_splits, config,
+             validate: bool) -> tuple:
+    """Checks, the split plan, the kernel's arguments and compile-time values, and the output."""
     key = signature(q, k_cache, v_cache, block_tables, seq_lens)
     checked_once(key, lambda: (check_shapes(q, k_cache, v_cache, block_tables, seq_lens),
                                check_strides(q, k_cache, v_cache, block_tables, seq_lens)))
@@ -367,27 +382,36 @@ def paged_decode_attention(
         check_values(block_tables, seq_lens, num_blocks, block_size)
     config = config or default_config(head_dim, k_cache.dtype)
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
-    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n, config.waves)
-    constexprs = _constexprs(key, config, plan.split)
-
     out = torch.empty_like(q)
-    part_out, part_lse, part_strides = split_buffers(plan, q, out)
-    _paged_decode_kernel[plan.grid](
-        q, k_cache, v_cache, block_tables, seq_lens,
-        ks if ks is not None else out, vs if vs is not None else out,
-        out, part_out, part_lse,
-        sm_scale * LOG2_E, plan.num_splits,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        block_tables.stride(0),
-        out.stride(0), out.stride(1),
-        *part_strides,
-        **constexprs,
-    )
-    if plan.split:
-        merge_splits(part_out, part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
-    return out
+
+    def args(plan: SplitPlan) -> tuple:
+        part_out, part_lse, part_strides = split_buffers(plan, q, out)
+        return (q, k_cache, v_cache, block_tables, seq_lens,
+                ks if ks is not None else out, vs if vs is not None else out,
+                out, part_out, part_lse,
+                sm_scale * LOG2_E, plan.num_splits,
+                q.stride(0), q.stride(1),
+                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+                v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+                block_tables.stride(0),
+                out.stride(0), out.stride(1),
+                *part_strides)
+
+    resident = DEFAULT_RESIDENT
+    if num_splits is None and not interpreted(q.device):
+        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
+        resident = resident_per_sm((key, config), lambda: _paged_decode_kernel.warmup(
+            *args(trial), grid=trial.grid, **_constexprs(key, config, True)))
+    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n, config.waves, resident)
+    return plan, args(plan), _constexprs(key, config, plan.split), out
+
+
+def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
+                      seq_lens: torch.Tensor, *, config: DecodeConfig | None = None) -> int:
+    """The split count :func:`paged_decode_attention` would use for this call (nothing is
+    launched; on a GPU the split kernel is compiled, as the call itself would)."""
+    plan = _prepare(q, k_cache, v_cache, block_tables, seq_lens, None, None, None, None, config, False)[0]
+    return plan.num_splits
 
 
 @lru_cache(maxsize=256)
@@ -403,6 +427,7 @@ def _constexprs(key: tuple, config: DecodeConfig, split: bool) -> dict:
         FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
         EARLY_MERGE_LAUNCH=pdl_merge(config, split, device),
         INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
+        **({} if config.maxnreg is None or interpret else {"maxnreg": config.maxnreg}),
     )
 
 

@@ -21,8 +21,6 @@ Limits: head_dim 32, 64 or 128 (half-width dots need D/2 >= 16); block size a po
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from kernels.runtime import ensure_triton_backend
 
 ensure_triton_backend()  # must run before `import triton`: the interpreter is chosen at decoration
@@ -34,9 +32,12 @@ import triton.language as tl  # noqa: E402
 from kernels.decode_checks import MAX_BLOCK_SIZE, Q_DTYPES, check_tensor, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
+    DEFAULT_RESIDENT,
+    SplitPlan,
     check_call_options,
     checked_once,
     interpreted,
+    resident_per_sm,
     signature,
     split_buffers,
     split_plan,
@@ -248,26 +249,40 @@ def paged_decode_int4(
     if validate:
         check_values(block_tables, seq_lens, num_blocks, block_size)
     config = config or default_int4_config(head_dim)
-    plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n)
     group = n_q_heads // n_kv_heads
-    pdl = pdl_merge(config, plan.split, q.device)
     out = torch.empty_like(q)
-    part_out, part_lse, part_strides = split_buffers(plan, q, out)
-    _paged_decode_int4_kernel[plan.grid](
-        q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
-        out, part_out, part_lse,
-        sm_scale * LOG2_E, plan.num_splits,
-        q.stride(0), q.stride(1),
-        k.data.stride(0), k.data.stride(1), k.data.stride(2), v.data.stride(0), v.data.stride(1), v.data.stride(2),
-        k.scales.stride(0), k.scales.stride(1), k.scales.stride(2),
-        v.scales.stride(0), v.scales.stride(1), v.scales.stride(2),
-        block_tables.stride(0), out.stride(0), out.stride(1),
-        *part_strides,
-        GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=plan.split,
-        DEQUANT=dequant, INTERPRET=interpreted(q.device), EARLY_MERGE_LAUNCH=pdl,
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )
+
+    def args(plan: SplitPlan) -> tuple:
+        part_out, part_lse, part_strides = split_buffers(plan, q, out)
+        return (q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
+                out, part_out, part_lse,
+                sm_scale * LOG2_E, plan.num_splits,
+                q.stride(0), q.stride(1),
+                k.data.stride(0), k.data.stride(1), k.data.stride(2),
+                v.data.stride(0), v.data.stride(1), v.data.stride(2),
+                k.scales.stride(0), k.scales.stride(1), k.scales.stride(2),
+                v.scales.stride(0), v.scales.stride(1), v.scales.stride(2),
+                block_tables.stride(0), out.stride(0), out.stride(1),
+                *part_strides)
+
+    def constexprs(split: bool) -> dict:
+        return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+                    PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=split,
+                    DEQUANT=dequant, INTERPRET=interpreted(q.device),
+                    EARLY_MERGE_LAUNCH=pdl_merge(config, split, q.device),
+                    num_warps=config.num_warps, num_stages=config.num_stages,
+                    **({} if config.maxnreg is None or interpreted(q.device) else {"maxnreg": config.maxnreg}))
+
+    resident = DEFAULT_RESIDENT
+    if num_splits is None and not interpreted(q.device):
+        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
+        resident = resident_per_sm((key, config, dequant), lambda: _paged_decode_int4_kernel.warmup(
+            *args(trial), grid=trial.grid, **constexprs(True)))
+    plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n,
+                      config.waves, resident)
+    launch_args, launch_constexprs = args(plan), constexprs(plan.split)
+    _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
+    part_out, part_lse = launch_args[8], launch_args[9]
     if plan.split:
-        merge_splits(part_out, part_lse, out, pdl=pdl)
+        merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out

@@ -32,7 +32,7 @@ from kernels.bench.timing import (  # noqa: E402
     Rotation, environment, free_cuda_memory, is_oom, measure, measure_ceilings, rotations,
 )
 from kernels.flash_forward import flash_attention_forward  # noqa: E402
-from kernels.paged_decode import default_config, default_num_splits  # noqa: E402
+from kernels.paged_decode import decode_num_splits  # noqa: E402
 from kernels.reference import naive_attention, naive_attention_native  # noqa: E402
 from kernels.theory import decode_kv_bytes, prefill_flops  # noqa: E402
 from units import cdiv  # noqa: E402
@@ -181,13 +181,12 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     m_args = dict(measured_ceiling=ceilings.copy_tbps, datasheet_ceiling=ceilings.datasheet_tbps,
                   warmup_ms=config.warmup_ms, rep_ms=config.rep_ms, unit="TB/s",
                   graph_calls=n_rot if config.cuda_graphs else 0)
-    cfg = default_config(d, DTYPES[shape.dtype])
-    splits = default_num_splits(b, hkv, cdiv(L, shape.block_size) * shape.block_size, cfg.block_n,
-                                torch.cuda.get_device_properties(torch.device("cuda")).multi_processor_count)
     results: list[Measurement] = []
     x = None
+    splits = 0
     try:
         x = _decode_inputs(shape, n_rot, seed)
+        splits = decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens)  # the bf16 kernel's split count
         for name, contender in DECODE.items():  # the table's order is the report's
             if name in wanted:
                 results.append(_bench_decode_contender(contender, x, m_args))

@@ -1,0 +1,56 @@
+"""Run the decode kernels a few times on one shape, for Nsight Compute to profile.
+
+Run on the device machine under ``ncu`` (clock control off, as the device notes ask), e.g.::
+
+    ncu --clock-control none --kernel-name regex:_paged_decode --launch-skip 3 --launch-count 3 \\
+        --section WarpStateStats --section Occupancy --section LaunchStats --section SpeedOfLight \\
+        python3 -m scripts.tuning.h200_decode_profile --batch 32 --context 16384
+
+Each kernel (bf16, FP8, INT4) is called ``--calls`` times on the same batch (32/8 heads, d 128,
+block 16, blocks a random permutation of the pool). Not imported by the app or the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from kernels.int4_cache import quantize_pool_int4
+from kernels.paged_cache import quantize_kv_fp8
+from kernels.paged_decode import paged_decode_attention
+from kernels.paged_decode_int4 import paged_decode_int4
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=16384)
+    ap.add_argument("--calls", type=int, default=4)
+    ap.add_argument("--kinds", default="bf16,fp8,int4")
+    args = ap.parse_args()
+    b, L, hq, hkv, d, bs = args.batch, args.context, 32, 8, 128, 16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    blocks = b * L // bs
+    k = torch.randn(blocks, hkv, bs, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(blocks, hkv, bs, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    tables = torch.randperm(blocks, device="cuda", generator=g).to(torch.int32).reshape(b, L // bs)
+    lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    kinds = args.kinds.split(",")
+    if "bf16" in kinds:
+        for _ in range(args.calls):
+            paged_decode_attention(q, k, v, tables, lens, validate=False)
+    if "fp8" in kinds:
+        k8, v8, ks, vs = quantize_kv_fp8(k, v)
+        for _ in range(args.calls):
+            paged_decode_attention(q, k8, v8, tables, lens, k_scale=ks, v_scale=vs, validate=False)
+    if "int4" in kinds:
+        k4, v4 = quantize_pool_int4(k), quantize_pool_int4(v)
+        for _ in range(args.calls):
+            paged_decode_int4(q, k4, v4, tables, lens, validate=False)
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
