@@ -24,6 +24,11 @@ programs are launched heaviest first (last query block first) so the tail of the
 Grouped-query attention: query head ``h`` reads KV head ``h // (Hq // Hkv)``, as in
 :mod:`kernels.reference`.
 
+On Hopper, ``flash_attention_forward`` hands inputs it can take (contiguous, D 64 or 128, N >=
+``GLUON_MIN_TOKENS``) to the Gluon kernel of :mod:`kernels.flash_forward_gluon`, which schedules
+each warpgroup explicitly (FlashAttention-3's overlap; 0.92-1.03x of cuDNN on the H200 at N >= 4K,
+1.02-1.31x this kernel from N = 1K). ``backend="triton"`` keeps this kernel.
+
 Loads: plain pointer loads (any strides with a contiguous head dim), or, for contiguous inputs
 of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
 flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
@@ -51,7 +56,6 @@ Limits
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
@@ -63,20 +67,17 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.flash_forward_gluon import GLUON_HEAD_DIMS, gluon_attention_forward, gluon_available  # noqa: E402
+from kernels.prefill_checks import LOG2E, check_scale, check_tensors  # noqa: E402
+
 try:  # host-side tensor descriptors (TMA): triton >= 3.3; the pointer path works without them
     from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
 except ImportError:  # pragma: no cover - older triton
     _TensorDescriptor = None
 
-__all__ = ["FlashConfig", "flash_attention_forward", "pick_config"]
+__all__ = ["FlashConfig", "flash_attention_forward", "pick_config", "gluon_preferred", "BACKENDS",
+           "GLUON_MIN_TOKENS"]
 
-# log2(e): scores are scaled by sm_scale * LOG2E so the kernel can use exp2 (one MUFU op).
-LOG2E = 1.4426950408889634
-# ln(2): converts the kernel's base-2 log-sum-exp back to natural log.
-LN2 = 0.6931471805599453
-
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
-SUPPORTED_HEAD_DIMS = (64, 128, 256)  # 256: Gemma-2/3
 
 
 def _interpreting() -> bool:
@@ -336,66 +337,22 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
     return cfg
 
 
+BACKENDS = ("auto", "triton", "gluon")
+# From this many tokens the Gluon kernel is the default on Hopper (benchmarks/NOTES-prefill.md).
+GLUON_MIN_TOKENS = 1024
+
+
+def gluon_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether ``backend="auto"`` takes the Gluon kernel for these (already checked) inputs."""
+    return (q.shape[2] >= GLUON_MIN_TOKENS and q.shape[3] in GLUON_HEAD_DIMS and gluon_available()
+            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))
+
+
 def _tma_eligible(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """TMA descriptors need this Triton's host TensorDescriptor, contiguous tensors and 16-B bases."""
     if _TensorDescriptor is None:
         return False
     return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
-
-
-def _check_tensors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise ValueError, naming the argument and values, for anything the kernel can't take."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != 4:
-            raise ValueError(
-                f"{name} must be 4-D [batch, heads, tokens, head_dim], got shape {tuple(t.shape)}"
-            )
-        if t.dtype not in SUPPORTED_DTYPES:
-            raise ValueError(f"{name}.dtype must be float16 or bfloat16, got {t.dtype}")
-        if t.stride(3) != 1:
-            raise ValueError(
-                f"{name} must have a contiguous head dim (stride 1), got strides {tuple(t.stride())}"
-            )
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if q.device.type != "cuda" and not _interpreting():
-        raise ValueError(
-            f"q is on {q.device}; the kernel needs a CUDA device (or TRITON_INTERPRET=1 for CPU)"
-        )
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    b, hq, n, d = q.shape
-    if k.shape[0] != b:
-        raise ValueError(f"k batch ({k.shape[0]}) must equal q batch ({b})")
-    if k.shape[2] != n:
-        raise ValueError(
-            f"prefill kernel needs N_q == N_k, got q tokens {n} and k tokens {k.shape[2]}"
-        )
-    if k.shape[3] != d:
-        raise ValueError(f"k head_dim ({k.shape[3]}) must equal q head_dim ({d})")
-    if d not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {SUPPORTED_HEAD_DIMS}, got {d}")
-    hkv = k.shape[1]
-    if hkv == 0 or hq % hkv != 0:
-        raise ValueError(f"query heads ({hq}) must be a multiple of KV heads ({hkv})")
-    if b == 0 or n == 0:
-        raise ValueError(f"batch and tokens must be >= 1, got q shape {tuple(q.shape)}")
-    if b * hq > 65535:
-        raise ValueError(f"batch * query heads must be <= 65535 (grid axis 1), got {b * hq}")
-
-
-def _check_scale(sm_scale: float | None, head_dim: int) -> float:
-    """Default 1/sqrt(D); reject non-finite or non-positive scales (the mask relies on scale > 0)."""
-    if sm_scale is None:
-        return 1.0 / math.sqrt(head_dim)
-    scale = float(sm_scale)
-    if not math.isfinite(scale) or scale <= 0.0:
-        raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
-    return scale
 
 
 def flash_attention_forward(
@@ -406,8 +363,14 @@ def flash_attention_forward(
     causal: bool,
     sm_scale: float | None = None,
     config: FlashConfig | None = None,
+    backend: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Tiled attention forward pass (prefill): softmax(Q Kᵀ · sm_scale) V without the N×N matrix.
+
+    ``backend="auto"`` runs the Gluon kernel (:mod:`kernels.flash_forward_gluon`) where it
+    applies and was measured faster (a Hopper GPU, D 64 or 128, contiguous inputs, N >=
+    ``GLUON_MIN_TOKENS``), the Triton kernel of this module otherwise; ``"triton"`` always runs
+    this module's kernel, ``"gluon"`` the Gluon one (refused where it cannot run).
 
     Parameters
     ----------
@@ -422,7 +385,10 @@ def flash_attention_forward(
     sm_scale : float, optional
         Softmax scale, default ``1 / sqrt(D)``; must be positive.
     config : FlashConfig, optional
-        Override the per-shape launch configuration (used by ``kernels/tune_flash.py``).
+        Override the per-shape launch configuration of the Triton kernel (used by
+        ``scripts/tuning/tune_flash.py``); implies the Triton kernel.
+    backend : {"auto", "triton", "gluon"}
+        Which kernel runs (see above).
 
     Returns
     -------
@@ -436,9 +402,13 @@ def flash_attention_forward(
     ValueError
         Unsupported dtype, head dim, shape, stride, device or head ratio; checked before launch.
     """
-    _check_tensors(q, k, v)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_tensors(q, k, v)
     b, hq, n, d = q.shape
-    scale = _check_scale(sm_scale, d)
+    scale = check_scale(sm_scale, d)
+    if backend == "gluon" or (backend == "auto" and config is None and gluon_preferred(q, k, v)):
+        return gluon_attention_forward(q, k, v, causal=causal, sm_scale=scale)
     cfg = config if config is not None else pick_config(head_dim=d, causal=bool(causal), n_ctx=n)
     out = torch.empty((b, hq, n, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, hq, n), dtype=torch.float32, device=q.device)

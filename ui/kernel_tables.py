@@ -35,6 +35,7 @@ CONTENDER_NAMES = {
     "sdpa_efficient": "SDPA EFFICIENT (contiguous)",
     "naive": "naive softmax(QKᵀ)V",
     "triton_flash": "Triton tiled forward",
+    "triton_flash_tl": "Triton tiled forward, triton.language kernel",
     "triton_chunked": "Triton chunked prefill, one launch",
     "triton_chunked_split": "Triton chunked prefill, chunks and rows in two launches",
 }

@@ -267,8 +267,12 @@ def _sdpa_prefill(backend: str) -> Callable[[PrefillInputs], torch.Tensor]:
 
 
 PREFILL: dict[str, PrefillContender] = {c.name: c for c in (
+    # The shipped forward: the Gluon kernel on Hopper from GLUON_MIN_TOKENS, the Triton one elsewhere.
     PrefillContender(name="triton_flash", run=lambda x: flash_attention_forward(x.q, x.k, x.v,
                                                                                 causal=x.shape.causal)[0]),
+    # The triton.language kernel alone, for comparison where the Gluon one is the default.
+    PrefillContender(name="triton_flash_tl", run=lambda x: flash_attention_forward(
+        x.q, x.k, x.v, causal=x.shape.causal, backend="triton")[0]),
     *(PrefillContender(name=name, run=_sdpa_prefill(backend)) for name, backend in SDPA_BACKENDS.items()),
     PrefillContender(name="naive", run=lambda x: naive_attention_native(x.q, x.k, x.v, causal=x.shape.causal)),
 )}

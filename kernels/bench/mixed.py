@@ -42,7 +42,8 @@ from units import cdiv  # noqa: E402
 __all__ = ["MIXED_PRESETS", "mixed_batch", "mixed_batches", "MixedInputs", "mixed_inputs", "MIXED", "bench_mixed_shape", "DEFAULT_MIXED_CONTENDERS"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-DEFAULT_MIXED_CONTENDERS = ("triton_chunked", "triton_chunked_split", "gather_sdpa", "triton_flash", "sdpa_cudnn")
+DEFAULT_MIXED_CONTENDERS = ("triton_chunked", "triton_chunked_split", "gather_sdpa", "triton_flash", "triton_flash_tl",
+                            "sdpa_cudnn")
 
 
 def _spread(lo: int, hi: int, n: int) -> tuple[int, ...]:
@@ -211,7 +212,7 @@ def _contiguous(x: MixedInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return q, k, v
 
 
-def _dense(backend: str | None) -> Callable[[MixedInputs], Callable[[], torch.Tensor]]:
+def _dense(backend: str) -> Callable[[MixedInputs], Callable[[], torch.Tensor]]:
     def build(x: MixedInputs) -> Callable[[], torch.Tensor]:
         q, k, v = _contiguous(x)
         s = x.shape
@@ -219,8 +220,8 @@ def _dense(backend: str | None) -> Callable[[MixedInputs], Callable[[], torch.Te
         def packed(o: torch.Tensor) -> torch.Tensor:
             return o.transpose(1, 2).reshape(-1, s.n_q_heads, s.head_dim)
 
-        if backend is None:
-            return lambda: packed(flash_attention_forward(q, k, v, causal=True)[0])
+        if backend in ("auto", "triton"):  # ours: the shipped dispatch, or the triton.language kernel
+            return lambda: packed(flash_attention_forward(q, k, v, causal=True, backend=backend)[0])
 
         def run() -> torch.Tensor:
             with sdpa_context(backend):
@@ -240,7 +241,8 @@ MIXED: dict[str, MixedContender] = {c.name: c for c in (
     MixedContender(name="triton_chunked_split", build=_chunked_split,
                    applies=lambda s: 0 < s.n_decode < len(s.q_lens)),
     MixedContender(name="gather_sdpa", build=_gather_sdpa, applies=lambda s: s.n_decode > 0),
-    MixedContender(name="triton_flash", build=_dense(None), applies=_equal_first_chunks),
+    MixedContender(name="triton_flash", build=_dense("auto"), applies=_equal_first_chunks),
+    MixedContender(name="triton_flash_tl", build=_dense("triton"), applies=_equal_first_chunks),
     MixedContender(name="sdpa_cudnn", build=_dense("CUDNN_ATTENTION"), applies=_equal_first_chunks),
 )}
 

@@ -67,13 +67,13 @@ DECODE_CONTENDERS = (
     "sdpa_flash", "sdpa_cudnn", "sdpa_efficient",  # SDPA on the same KV stored contiguously
     "naive",  # softmax(q k^T) v in the input dtype, KV heads expanded
 )
-PREFILL_CONTENDERS = ("triton_flash", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
+PREFILL_CONTENDERS = ("triton_flash", "triton_flash_tl", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", "naive")
 MEMORY_CONTENDERS = ("naive", "triton_flash")
 MIXED_CONTENDERS = (
     "triton_chunked",  # the paged varlen kernel: the whole mixed batch in one launch
     "triton_chunked_split",  # the same kernel, prefill chunks and decode rows in two launches
     "gather_sdpa",  # gather pages into padded tensors; one SDPA call for the chunks, one for the rows
-    "triton_flash", "sdpa_cudnn",  # prefill-only batches: dense causal forward on contiguous KV
+    "triton_flash", "triton_flash_tl", "sdpa_cudnn",  # prefill-only batches: dense causal forward on contiguous KV
 )
 
 

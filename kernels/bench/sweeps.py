@@ -207,7 +207,7 @@ def bench_prefill_shape(shape: PrefillShape, ceilings: Ceilings, *, config: Swee
                         contenders: Sequence[str] | None = None, seed: int = 0) -> PrefillResult:
     """Time the tiled forward kernel, the SDPA backends and naive attention on one prefill shape."""
     wanted = list(contenders) if contenders is not None else [
-        "triton_flash", *SDPA_BACKENDS, *(("naive",) if config.naive else ())]
+        "triton_flash", "triton_flash_tl", *SDPA_BACKENDS, *(("naive",) if config.naive else ())]
     dev = torch.device("cuda")
     dtype = DTYPES[shape.dtype]
     b, n, hq, hkv, d = shape.batch, shape.seq_len, shape.n_q_heads, shape.n_kv_heads, shape.head_dim

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from kernels.flash_forward import FlashConfig, flash_attention_forward, pick_config
+from kernels.flash_forward import GLUON_MIN_TOKENS, FlashConfig, flash_attention_forward, gluon_preferred, pick_config
+from kernels.flash_forward_gluon import gluon_available
 from kernels.reference import naive_attention_lse
 from kernels.tolerances import tolerance
 
@@ -177,6 +178,36 @@ def test_bad_config_raises(kwargs, match):
 
 
 # ---------------------------------------------------------------- real sizes on the GPU
+
+
+def test_backend_is_checked():
+    q, k, v = _inputs(1, 2, 1, 17, 64, torch.bfloat16)
+    with pytest.raises(ValueError, match=r"backend must be one of \('auto', 'triton', 'gluon'\), got 'cudnn'"):
+        flash_attention_forward(q, k, v, causal=True, backend="cudnn")
+
+
+def test_auto_takes_gluon_only_where_it_can_run_and_was_measured_faster():
+    """Gluon from GLUON_MIN_TOKENS on Hopper with contiguous, aligned D 64/128 inputs; never
+    under the interpreter (CI), for D 256, strided inputs or short prompts."""
+    q, k, v = _inputs(1, 2, 1, GLUON_MIN_TOKENS, 64, torch.bfloat16)
+    assert gluon_preferred(q, k, v) == gluon_available()
+    short = _inputs(1, 2, 1, GLUON_MIN_TOKENS - 1, 64, torch.bfloat16)
+    assert not gluon_preferred(*short)
+    strided = q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not gluon_preferred(strided, k, v)
+    assert not gluon_preferred(*_inputs(1, 2, 1, GLUON_MIN_TOKENS, 256, torch.bfloat16))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("causal", [False, True])
+def test_gpu_every_backend_matches_the_reference(causal):
+    q, k, v = _inputs(2, 32, 8, 1027, 128, torch.bfloat16, seed=3)
+    for backend in ("auto", "triton") + (("gluon",) if gluon_available() else ()):
+        out, lse = flash_attention_forward(q, k, v, causal=causal, backend=backend)
+        ref_out, ref_lse = naive_attention_lse(q, k, v, causal=causal)
+        torch.testing.assert_close(out.float(), ref_out, atol=OUT_TOL[q.dtype][0], rtol=OUT_TOL[q.dtype][1])
+        torch.testing.assert_close(lse, ref_lse, atol=LSE_TOL[0], rtol=LSE_TOL[1])
 
 
 @pytest.mark.gpu

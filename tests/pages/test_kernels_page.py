@@ -383,7 +383,7 @@ def test_targets_are_shown_with_what_limits_the_unmet_ones():
     assert targets.loc["decode_eager_overhead_us", "Met"] == "no"  # 98.3 µs in run 4 (23.7 in run 3)
     text = _texts(at.markdown)
     assert "**7 of 14 met**" in text
-    assert "`decode_fp8_vs_bf16` (1.207, needs ≥ 1.7" in text and "through shared memory" in text
+    assert "`decode_fp8_vs_bf16` (1.207, needs ≥ 1.7" in text and "load from shared memory" in text
     assert "`decode_large_tbps`" not in text.partition("What limits the unmet ones")[2]
 
 

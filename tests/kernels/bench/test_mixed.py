@@ -24,7 +24,7 @@ PREFILL = MixedShape(name="tiny prefill", q_lens=(24, 24), seq_lens=(24, 24), n_
 
 @pytest.mark.parametrize("shape,name", [(TINY, "triton_chunked"), (TINY, "triton_chunked_split"),
                                         (TINY, "gather_sdpa"), (PREFILL, "triton_chunked"),
-                                        (PREFILL, "triton_flash")])
+                                        (PREFILL, "triton_flash"), (PREFILL, "triton_flash_tl")])
 def test_contender_matches_reference(shape, name):
     x = mixed_inputs(shape, seed=1, device=DEVICE)
     contender = MIXED[name]
