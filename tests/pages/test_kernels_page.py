@@ -335,12 +335,12 @@ def test_sidebar_shape_is_followed_after_the_first_render():
     at.query_params["batch"] = "32"
     at.query_params["len"] = "16384"
     at.run()
-    # Shipped run, B=32 L=16K 32/8 d=128: 0.5023 ms by CUDA-graph replay (NOTES-decode.md, run 4).
-    assert _metric(at, "Kernel median time") == "502.3 µs"
+    # Shipped run, B=32 L=16K 32/8 d=128: 0.50288 ms by CUDA-graph replay (NOTES-decode.md, run 5).
+    assert _metric(at, "Kernel median time") == "502.9 µs"
     at.selectbox(key="kernels.batch").set_value(8).run()
     assert not at.exception
-    # B=8 L=16K: 0.13627 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 136.27 µs = 3.94 TB/s.
-    assert _metric(at, "Kernel median time") == "136.3 µs"
+    # B=8 L=16K: 0.13610 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 136.10 µs = 3.94 TB/s.
+    assert _metric(at, "Kernel median time") == "136.1 µs"
     assert _metric(at, "Achieved TB/s") == "3.94"
     assert "not in these results" not in _texts(at.caption)
 
@@ -355,17 +355,17 @@ def _shipped_app(**query) -> AppTest:
 def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
     at = _shipped_app()
     assert not at.exception
-    # Shipped run, B=8 L=32K 32/8 d=128: 0.26185 ms replayed; 1,073,741,824 B / 261.85 µs = 4.10 TB/s,
-    # 96 % of the run's 4.27 TB/s copy (NOTES-decode.md run 4: "B=8 L=32K | 0.2619 ms, 4.10 TB/s").
-    assert _metric(at, "Kernel median time") == "261.9 µs"
-    assert _metric(at, "Achieved TB/s") == "4.10"
+    # Shipped run, B=8 L=32K 32/8 d=128: 0.26154 ms replayed; 1,073,741,824 B / 261.54 µs = 4.105 TB/s,
+    # 96 % of the run's 4.276 TB/s copy (NOTES-decode.md run 5: "B=8 L=32K | 0.2615 ms, 4.11 TB/s").
+    assert _metric(at, "Kernel median time") == "261.5 µs"
+    assert _metric(at, "Achieved TB/s") == "4.11"
     assert _metric(at, "Share of measured ceiling") == "96 %"
     assert "not in these results" not in _texts(at.caption) and "launch-bound" not in _texts(at.info)
     table = at.dataframe[0].value.set_index("Contender")
     ours = table.loc["Triton paged decode"]
-    # The notes' row: eager 0.2631 ms, 0.979 x cuDNN, FP8 1.21 x and INT4 0.86 x the bf16 kernel.
-    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("261.9", "263.1", "0.979")
-    assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.21"
+    # The notes' row: eager 0.2612 ms, 0.980 x cuDNN, FP8 1.38 x and INT4 0.86 x the bf16 kernel.
+    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("261.5", "261.2", "0.980")
+    assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.38"
     assert table.loc["Triton paged decode, INT4 KV", "× Triton bf16"] == "0.86"
     assert table.loc["SDPA EFFICIENT (contiguous)", "Status"] == "unsupported"
     assert table.loc["naive softmax(QKᵀ)V", "CUDA-graph replay (µs)"] == "—"  # timed eagerly only
@@ -377,22 +377,23 @@ def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
 def test_targets_are_shown_with_what_limits_the_unmet_ones():
     at = _shipped_app()
     targets = at.dataframe[2].value.set_index("Target")
-    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.207"  # NOTES-decode.md run 4: 1.21, not met
+    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.384"  # NOTES-decode.md run 5: 1.38, not met
     assert targets.loc["decode_fp8_vs_bf16", "Required"] == "≥ 1.7"
     assert targets.loc["decode_eager_overhead_us", "Required"] == "≤ 40"
-    assert targets.loc["decode_eager_overhead_us", "Met"] == "no"  # 98.3 µs in run 4 (23.7 in run 3)
+    assert targets.loc["decode_eager_overhead_us", "Met"] == "yes"  # 29.1 µs in run 5 (98.3 in run 4)
+    assert targets.loc["prefill_vs_cudnn_causal", "Met"] == "yes"  # 0.970: the Gluon forward
     text = _texts(at.markdown)
-    assert "**7 of 14 met**" in text
-    assert "`decode_fp8_vs_bf16` (1.207, needs ≥ 1.7" in text and "load from shared memory" in text
+    assert "**10 of 14 met**" in text
+    assert "`decode_fp8_vs_bf16` (1.384, needs ≥ 1.7" in text and "load from shared memory" in text
     assert "`decode_large_tbps`" not in text.partition("What limits the unmet ones")[2]
 
 
 def test_small_shape_says_it_is_launch_bound():
     at = _shipped_app(batch="1", len="4096")
-    # 2 x 4096 x 8 x 128 x 2 B = 16,777,216 B; at the run's 4.2736 TB/s copy: 3.93 µs; the call 13.6 µs.
+    # 2 x 4096 x 8 x 128 x 2 B = 16,777,216 B; at the run's 4.2761 TB/s copy: 3.92 µs; the call 14.05 µs.
     note = _texts(at.info)
     assert "This shape is launch-bound" in note
-    assert "16.8 MB of KV take 3.9 µs" in note and "the call takes 13.6 µs" in note
+    assert "16.8 MB of KV take 3.9 µs" in note and "the call takes 14.0 µs" in note
 
 
 def test_share_above_100_percent_is_explained():
@@ -410,7 +411,7 @@ def test_picking_a_shape_writes_it_into_the_sidebar_and_the_url():
     assert not at.exception
     assert at.selectbox(key="kernels.batch").value == 128 and at.selectbox(key="kernels.len").value == 4096
     assert at.query_params["batch"] == "128" and at.query_params["len"] == "4096"
-    assert _metric(at, "Kernel median time") == "498.5 µs"  # 0.49854 ms in the shipped run
+    assert _metric(at, "Kernel median time") == "500.5 µs"  # 0.50051 ms in the shipped run
 
 
 def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
@@ -418,17 +419,17 @@ def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
     fig = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Which page size"))
     lines = {t["name"]: t for t in fig["data"] if t["name"].startswith("kernel TB/s")}
     assert set(lines) == {"kernel TB/s, batch 8 × 32,768", "kernel TB/s, batch 128 × 4,096"}
-    # NOTES-decode.md run 4: B=8 L=32K 4.06 / 4.07 / 4.10 / 4.14 / 4.12 / 4.14 / 4.14 TB/s at blocks 1 ... 256.
+    # NOTES-decode.md run 5: B=8 L=32K 4.00 / 4.07 / 4.10 / 4.13 / 4.12 / 4.15 / 4.14 TB/s at blocks 1 ... 256.
     assert fig["data"][0]["x"] == ["1", "8", "16", "32", "64", "128", "256"]
-    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.06, 4.07, 4.10, 4.14, 4.12,
-                                                                                  4.14, 4.14]
+    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.00, 4.07, 4.10, 4.13, 4.12,
+                                                                                  4.15, 4.14]
     waste = next(t for t in fig["data"] if t["name"] == "waste per sequence, simulated")
     # Lengths uniform over 1,024-3,072 are spread evenly modulo every block: waste ≈ (B - 1) / 2.
     assert waste["y"][0] == 0.0
     assert waste["y"][-1] == pytest.approx(127.5, rel=0.03)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "waste per sequence (tokens)"
     answer = _texts(at.markdown)
-    assert "at most 2.2 % apart" in answer and "the page size is a memory choice" in answer
+    assert "at most 3.8 % apart" in answer and "the page size is a memory choice" in answer
     assert at.query_params["ps_work"] == "Preset: Reference page, problem 4"
 
 
@@ -445,11 +446,11 @@ def test_page_size_study_by_hand():
     assert study.block_sizes == (1, 8, 16, 32, 64, 128, 256)
     assert study.waste_tokens == (0.0, 0.0, 8.0, 24.0, 24.0, 24.0, 24.0)
     assert study.utilisation[2] == pytest.approx(1000 / 1008)
-    # Score = utilisation x mean relative rate (run 4's rates): block 8 scores
-    # (4.0672/4.1446 + 4.2758/4.3504)/2 = 0.9821 and block 16 0.99206 x (4.1005/4.1446 + 4.3013/4.3504)/2
-    # = 0.9812; the widest spread is batch 8's 4.1446 / 4.0564 (blocks 128 and 1).
+    # Score = utilisation x mean relative rate (run 5's rates): block 8 scores
+    # (4.0677/4.1476 + 4.2728/4.3512)/2 = 0.9814 and block 16 0.99206 x (4.0988/4.1476 + 4.2822/4.3512)/2
+    # = 0.9784; the widest spread is batch 8's 4.1476 / 3.9953 (blocks 128 and 1).
     assert study.best_block == 8
-    assert study.rate_spread == pytest.approx(4.1446 / 4.0564 - 1, abs=1e-4)
+    assert study.rate_spread == pytest.approx(4.1476 / 3.9953 - 1, abs=1e-4)
 
 
 def test_whole_view_state_round_trips_through_the_url():
