@@ -176,7 +176,8 @@ def plan_steps(plan: RunPlan) -> tuple[Step, ...]:
                                   contenders=SWEEP_DECODE_CONTENDERS))
     else:
         s = plan.prefill
-        main = ["triton_flash", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient", *(("naive",) if plan.naive else ())]
+        main = ["triton_flash", "triton_flash_tl", "sdpa_flash", "sdpa_cudnn", "sdpa_efficient",
+                *(("naive",) if plan.naive else ())]
         steps.append(Step(kind="prefill", label=f"prefill {s.label}", prefill=s, contenders=tuple(main)))
         if plan.sweep:
             for n in PREFILL_SWEEP_NS:

@@ -33,6 +33,8 @@ def test_prefill_sweep_and_memory_steps():
     steps = plan_steps(RunPlan(kernel="prefill", prefill=shape, sweep=True, memory_ns=(1024, 2048)))
     assert [s.kind for s in steps] == ["prefill"] * (1 + len(PREFILL_SWEEP_NS)) + ["memory"] * 4
     assert [s.contender for s in steps if s.kind == "memory"] == ["naive", "triton_flash"] * 2
+    # The chosen shape times both forwards (the shipped dispatch and the triton.language kernel).
+    assert steps[0].contenders[:2] == ("triton_flash", "triton_flash_tl")
 
 
 def test_plan_needs_its_own_shape():
