@@ -22,7 +22,7 @@ from kernels.occupancy import resident_programs
 from kernels.runtime import interpreter_active
 
 __all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
-           "check_call_options", "interpreted", "resident_per_sm", "DEFAULT_RESIDENT"]
+           "check_call_options", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT"]
 
 # Signatures whose shape and stride checks passed (bounded: cleared when full).
 _CHECKED: set[tuple] = set()
@@ -78,6 +78,22 @@ def split_plan(batch: int, n_kv_heads: int, max_len: int, device: torch.device, 
 # Programs resident per SM of each compiled split kernel, by call signature and config.
 _RESIDENT: dict[tuple, int] = {}
 DEFAULT_RESIDENT = 2  # assumed where nothing is compiled (the interpreter)
+
+
+def planned_split(cache_key: tuple, batch: int, n_kv_heads: int, max_len: int, device: torch.device,
+                  num_splits: int | None, block_n: int, waves: int,
+                  compile_split: Callable[[SplitPlan], object]) -> tuple[SplitPlan, int]:
+    """A call's split plan and the resident programs per SM it assumed.
+
+    Without an explicit ``num_splits`` on a GPU, the split kernel is compiled once per
+    ``cache_key`` (``compile_split(trial_plan)``, which must compile without launching) and the
+    plan fills whole waves of its residency; otherwise ``DEFAULT_RESIDENT`` is assumed.
+    """
+    resident = DEFAULT_RESIDENT
+    if num_splits is None and not interpreted(device):
+        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
+        resident = resident_per_sm(cache_key, lambda: compile_split(trial))
+    return split_plan(batch, n_kv_heads, max_len, device, num_splits, block_n, waves, resident), resident
 
 
 def resident_per_sm(cache_key: tuple, compile_kernel: Callable[[], object]) -> int:

@@ -442,24 +442,12 @@ def sm90_build(cfg: GluonConfig, *, causal: bool, head_dim: int = 128) -> Sm90Bu
     Must run with ``TRITON_INTERPRET`` off: under the interpreter Triton's reductions are
     interpreter objects that Gluon cannot compile.
     """
-    import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
-    import triton.backends.nvidia as nvidia_backend
+    from kernels.occupancy import cubin_resources
 
     kernel = compile_for_sm90(cfg, causal=causal, head_dim=head_dim)
     cubin = kernel.asm["cubin"]
-    cuobjdump = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)],
-                               capture_output=True, text=True, check=True, timeout=60).stdout
-    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
-    return Sm90Build(config=cfg.name, causal=bool(causal), registers=int(fields["REG"]),
-                     spill_bytes=int(fields["STACK"]) + int(fields["LOCAL"]),
+    registers, spill_bytes = cubin_resources(cubin)
+    return Sm90Build(config=cfg.name, causal=bool(causal), registers=registers, spill_bytes=spill_bytes,
                      shared_bytes=int(kernel.metadata.shared),
                      wgmma=kernel.asm["ptx"].count("wgmma.mma_async"), cubin_bytes=len(cubin))
 

@@ -1,4 +1,5 @@
-"""How many programs (thread blocks) of a compiled kernel an SM holds at once.
+"""How many programs (thread blocks) of a compiled kernel an SM holds at once, and the registers
+and spills a compiled kernel uses (read from its cubin without a GPU).
 
 The split-KV decode kernels cut short batches into enough programs to fill the GPU in whole
 waves; a partial last wave costs up to 40 % (benchmarks/NOTES-decode.md). A wave is the number
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["SmLimits", "HOPPER", "resident_programs"]
+__all__ = ["SmLimits", "HOPPER", "resident_programs", "cubin_resources"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,3 +55,25 @@ def resident_programs(*, registers_per_thread: int, shared_bytes: int, num_warps
     by_shared = limits.shared_bytes // (shared_bytes + limits.reserved_shared_per_block)
     by_warps = limits.warps // num_warps
     return max(1, min(by_registers, by_shared, by_warps, limits.blocks))
+
+
+def cubin_resources(cubin: bytes) -> tuple[int, int]:
+    """``(registers per thread, spill bytes per thread)`` of a compiled kernel, read with the
+    ``cuobjdump`` that Triton bundles (no GPU needed); spills are its stack frame plus local
+    memory, 0 when ptxas spilled nothing."""
+    import re
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton.backends.nvidia as nvidia_backend
+
+    cuobjdump = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)],
+                               capture_output=True, text=True, check=True, timeout=60).stdout
+    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+    return int(fields["REG"]), int(fields["STACK"]) + int(fields["LOCAL"])
+

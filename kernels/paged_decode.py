@@ -78,16 +78,14 @@ import triton.language as tl  # noqa: E402
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
-    DEFAULT_RESIDENT,
     SplitPlan,
     check_call_options,
     checked_once,
     fp8_scales,
     interpreted,
-    resident_per_sm,
+    planned_split,
     signature,
     split_buffers,
-    split_plan,
 )
 
 __all__ = [
@@ -397,12 +395,9 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
                 out.stride(0), out.stride(1),
                 *part_strides)
 
-    resident = DEFAULT_RESIDENT
-    if num_splits is None and not interpreted(q.device):
-        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
-        resident = resident_per_sm((key, config), lambda: _paged_decode_kernel.warmup(
-            *args(trial), grid=trial.grid, **_constexprs(key, config, True)))
-    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, config.block_n, config.waves, resident)
+    plan, _ = planned_split((key, config), batch, n_kv_heads, max_len, q.device, num_splits, config.block_n,
+                            config.waves, lambda trial: _paged_decode_kernel.warmup(
+                                *args(trial), grid=trial.grid, **_constexprs(key, config, True)))
     return plan, args(plan), _constexprs(key, config, plan.split), out
 
 

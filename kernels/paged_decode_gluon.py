@@ -43,14 +43,12 @@ import torch
 
 from kernels.decode_checks import check_shapes, check_strides, check_values
 from kernels.decode_launch import (
-    DEFAULT_RESIDENT,
     SplitPlan,
     check_call_options,
     checked_once,
-    resident_per_sm,
+    planned_split,
     signature,
     split_buffers,
-    split_plan,
 )
 from kernels.paged_decode import LOG2_E, merge_splits, pdl_merge
 from kernels.runtime import ensure_triton_backend, interpreter_active
@@ -493,14 +491,12 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, va
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
     out = torch.empty_like(q)
     shape = dict(group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
-    resident = DEFAULT_RESIDENT
-    if num_splits is None:
-        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
-        resident = resident_per_sm((key, cfg), lambda: _gluon_decode_kernel.warmup(
+    plan, resident = planned_split(
+        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, cfg.waves,
+        lambda trial: _gluon_decode_kernel.warmup(
             *_kernel_args(q, k_cache, v_cache, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
             **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)),
             num_warps=cfg.num_warps))
-    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, cfg.waves, resident)
     if plan_only:
         return plan, resident
     return cfg, plan, out, _constexprs(cfg, **shape, split=plan.split,
@@ -568,32 +564,21 @@ def decode_sm90_build(cfg: GluonDecodeConfig, *, head_dim: int = 128, block_size
     Must run with ``TRITON_INTERPRET`` off (Gluon cannot compile the interpreter's objects).
     """
     import re
-    import subprocess
-    import tempfile
-    from pathlib import Path
 
-    import triton.backends.nvidia as nvidia_backend
-
-    from kernels.occupancy import resident_programs
+    from kernels.occupancy import cubin_resources, resident_programs
 
     kernel = compile_decode_for_sm90(cfg, head_dim=head_dim, block_size=block_size, group=group, split=split)
     cubin, ptx = kernel.asm["cubin"], kernel.asm["ptx"]
-    cuobjdump = Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "kernel.cubin"
-        path.write_bytes(cubin)
-        usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(path)],
-                               capture_output=True, text=True, check=True, timeout=60).stdout
-    fields = dict(re.findall(r"(REG|STACK|LOCAL):(\d+)", usage))
+    registers, spill_bytes = cubin_resources(cubin)
     copies = [int(n, 0) for n in re.findall(
         r"cp\.async\.c[ga]\.shared\.global(?:\.L2::\d+B)?\s*\[[^\]]+\],\s*\[[^\]]+\],\s*(0x[0-9a-fA-F]+|\d+)", ptx)]
     shared = int(kernel.metadata.shared)
     return DecodeSm90Build(
-        config=cfg.name, head_dim=head_dim, block_size=block_size, registers=int(fields["REG"]),
-        spill_bytes=int(fields["STACK"]) + int(fields["LOCAL"]), shared_bytes=shared,
+        config=cfg.name, head_dim=head_dim, block_size=block_size, registers=registers,
+        spill_bytes=spill_bytes, shared_bytes=shared,
         wgmma=ptx.count("wgmma.mma_async"), cp_async_16=sum(c == 16 for c in copies),
         cp_async_narrow=sum(c != 16 for c in copies),
         byte_loads=len(re.findall(r"ld\.(?:global|shared)(?:\.\w+)*\.[bsu]8\b", ptx)),
         bar_sync=len(re.findall(r"\bbar\.sync\b|\bbarrier\.sync\b", ptx)),
-        resident_per_sm=resident_programs(registers_per_thread=int(fields["REG"]), shared_bytes=shared,
+        resident_per_sm=resident_programs(registers_per_thread=registers, shared_bytes=shared,
                                           num_warps=cfg.num_warps))

@@ -32,15 +32,13 @@ import triton.language as tl  # noqa: E402
 from kernels.decode_checks import MAX_BLOCK_SIZE, Q_DTYPES, check_tensor, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
-    DEFAULT_RESIDENT,
     SplitPlan,
     check_call_options,
     checked_once,
     interpreted,
-    resident_per_sm,
+    planned_split,
     signature,
     split_buffers,
-    split_plan,
 )
 from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool  # noqa: E402
 from kernels.paged_decode import (  # noqa: E402
@@ -273,13 +271,10 @@ def paged_decode_int4(
                     num_warps=config.num_warps, num_stages=config.num_stages,
                     **({} if config.maxnreg is None or interpreted(q.device) else {"maxnreg": config.maxnreg}))
 
-    resident = DEFAULT_RESIDENT
-    if num_splits is None and not interpreted(q.device):
-        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
-        resident = resident_per_sm((key, config, dequant), lambda: _paged_decode_int4_kernel.warmup(
-            *args(trial), grid=trial.grid, **constexprs(True)))
-    plan = split_plan(batch, n_kv_heads, block_tables.shape[1] * block_size, q.device, num_splits, config.block_n,
-                      config.waves, resident)
+    plan, _ = planned_split((key, config, dequant), batch, n_kv_heads, block_tables.shape[1] * block_size,
+                            q.device, num_splits, config.block_n, config.waves,
+                            lambda trial: _paged_decode_int4_kernel.warmup(*args(trial), grid=trial.grid,
+                                                                           **constexprs(True)))
     launch_args, launch_constexprs = args(plan), constexprs(plan.split)
     _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
     part_out, part_lse = launch_args[8], launch_args[9]
