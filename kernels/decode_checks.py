@@ -9,10 +9,11 @@ import math
 import torch
 
 from kernels.decode_config import FP8_DTYPE
+from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool
 from kernels.runtime import interpreter_active
 
 __all__ = ["check_tensor", "check_shapes", "check_strides", "check_scale", "check_values",
-           "SUPPORTED_HEAD_DIMS", "Q_DTYPES", "KV_DTYPES", "MAX_BLOCK_SIZE"]
+           "check_int4_inputs", "SUPPORTED_HEAD_DIMS", "Q_DTYPES", "KV_DTYPES", "MAX_BLOCK_SIZE"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
 Q_DTYPES = (torch.bfloat16, torch.float16)
@@ -132,3 +133,35 @@ def check_values(block_tables, seq_lens, num_blocks: int, block_size: int) -> No
             f"block_tables entries must index the pool 0..{num_blocks - 1}; "
             f"(sequence, block) {[tuple(w) for w in where]} hold {vals}"
         )
+
+
+def check_int4_inputs(q, k: Int4Pool, v: Int4Pool, block_tables, seq_lens) -> None:
+    """Shapes, dtypes and strides of an INT4 decode call (:mod:`kernels.int4_cache` pools)."""
+    check_tensor("q", q, 3, Q_DTYPES)
+    for name, pool in (("k", k), ("v", v)):
+        if not isinstance(pool, Int4Pool):
+            raise ValueError(f"{name} must be an Int4Pool (kernels.int4_cache), got {type(pool).__name__}")
+        check_tensor(f"{name}.data", pool.data, 4, (torch.uint8,))
+        check_tensor(f"{name}.scales", pool.scales, 4, (SCALE_DTYPE,))
+        if tuple(pool.scales.shape) != tuple(pool.data.shape[:3]) + (2,):
+            raise ValueError(f"{name}.scales must be {tuple(pool.data.shape[:3]) + (2,)}, got {tuple(pool.scales.shape)}")
+        if pool.data.stride(-1) != 1 or pool.scales.stride(-1) != 1:
+            raise ValueError(f"{name}.data and {name}.scales need a contiguous last dim")
+    if k.data.shape != v.data.shape:
+        raise ValueError(f"k and v pools differ in shape: {tuple(k.data.shape)} and {tuple(v.data.shape)}")
+    check_tensor("block_tables", block_tables, 2, (torch.int32,))
+    check_tensor("seq_lens", seq_lens, 1, (torch.int32,))
+    batch, n_q_heads, head_dim = q.shape
+    _, n_kv_heads, block_size, half = k.data.shape
+    if 2 * half != head_dim or head_dim not in INT4_HEAD_DIMS:
+        raise ValueError(f"q head_dim {head_dim} needs pools of head_dim // 2 bytes per token in {INT4_HEAD_DIMS}; "
+                         f"the pools hold {half}")
+    if block_size < 1 or block_size > MAX_BLOCK_SIZE or block_size & (block_size - 1):
+        raise ValueError(f"block_size (dim 2) must be a power of two in 1..{MAX_BLOCK_SIZE}, got {block_size}")
+    if n_q_heads % n_kv_heads:
+        raise ValueError(f"n_q_heads ({n_q_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
+    if block_tables.shape[0] != batch or seq_lens.shape[0] != batch:
+        raise ValueError(f"block_tables {tuple(block_tables.shape)} and seq_lens {tuple(seq_lens.shape)} "
+                         f"must have {batch} rows (q dim 0)")
+    if q.stride(-1) != 1 or block_tables.stride(-1) != 1:
+        raise ValueError("q and block_tables need a contiguous last dim")

@@ -29,7 +29,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.decode_checks import MAX_BLOCK_SIZE, Q_DTYPES, check_tensor, check_values  # noqa: E402
+from kernels.decode_checks import check_int4_inputs, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
@@ -40,7 +40,7 @@ from kernels.decode_launch import (  # noqa: E402
     signature,
     split_buffers,
 )
-from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool  # noqa: E402
+from kernels.int4_cache import Int4Pool  # noqa: E402
 from kernels.paged_decode import (  # noqa: E402
     LOG2_E,
     MIN_GROUP_PAD,
@@ -49,8 +49,15 @@ from kernels.paged_decode import (  # noqa: E402
     merge_splits,
     pdl_merge,
 )
+from kernels.paged_decode_gluon import MAX_GLUON_GROUP, gluon_decode_available  # noqa: E402
+from kernels.paged_decode_gluon_int4 import gluon_paged_decode_int4  # noqa: E402
 
-__all__ = ["paged_decode_int4", "default_int4_config"]
+__all__ = ["paged_decode_int4", "default_int4_config", "gluon_int4_preferred", "BACKENDS"]
+
+BACKENDS = ("auto", "triton", "gluon")
+# Head dims at which the Gluon INT4 kernel was timed faster on the H200 (1.08-1.21x this kernel at
+# d 128, benchmarks/NOTES-decode.md round 12); d 64 is correct there but was not timed.
+GLUON_INT4_HEAD_DIMS = (128,)
 
 
 @triton.jit
@@ -183,43 +190,17 @@ def default_int4_config(head_dim: int) -> DecodeConfig:
     return DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
-def _check_int4(q, k: Int4Pool, v: Int4Pool, block_tables, seq_lens) -> None:
-    check_tensor("q", q, 3, Q_DTYPES)
-    for name, pool in (("k", k), ("v", v)):
-        if not isinstance(pool, Int4Pool):
-            raise ValueError(f"{name} must be an Int4Pool (kernels.int4_cache), got {type(pool).__name__}")
-        check_tensor(f"{name}.data", pool.data, 4, (torch.uint8,))
-        check_tensor(f"{name}.scales", pool.scales, 4, (SCALE_DTYPE,))
-        if tuple(pool.scales.shape) != tuple(pool.data.shape[:3]) + (2,):
-            raise ValueError(f"{name}.scales must be {tuple(pool.data.shape[:3]) + (2,)}, got {tuple(pool.scales.shape)}")
-        if pool.data.stride(-1) != 1 or pool.scales.stride(-1) != 1:
-            raise ValueError(f"{name}.data and {name}.scales need a contiguous last dim")
-    if k.data.shape != v.data.shape:
-        raise ValueError(f"k and v pools differ in shape: {tuple(k.data.shape)} and {tuple(v.data.shape)}")
-    check_tensor("block_tables", block_tables, 2, (torch.int32,))
-    check_tensor("seq_lens", seq_lens, 1, (torch.int32,))
-    batch, n_q_heads, head_dim = q.shape
-    _, n_kv_heads, block_size, half = k.data.shape
-    if 2 * half != head_dim or head_dim not in INT4_HEAD_DIMS:
-        raise ValueError(f"q head_dim {head_dim} needs pools of head_dim // 2 bytes per token in {INT4_HEAD_DIMS}; "
-                         f"the pools hold {half}")
-    if block_size < 1 or block_size > MAX_BLOCK_SIZE or block_size & (block_size - 1):
-        raise ValueError(f"block_size (dim 2) must be a power of two in 1..{MAX_BLOCK_SIZE}, got {block_size}")
-    if n_q_heads % n_kv_heads:
-        raise ValueError(f"n_q_heads ({n_q_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
-    if block_tables.shape[0] != batch or seq_lens.shape[0] != batch:
-        raise ValueError(f"block_tables {tuple(block_tables.shape)} and seq_lens {tuple(seq_lens.shape)} "
-                         f"must have {batch} rows (q dim 0)")
-    if q.stride(-1) != 1 or block_tables.stride(-1) != 1:
-        raise ValueError("q and block_tables need a contiguous last dim")
-
-
 def paged_decode_int4(
     q: torch.Tensor, k: Int4Pool, v: Int4Pool, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
     sm_scale: float | None = None, num_splits: int | None = None, config: DecodeConfig | None = None,
-    dequant: int = 1, validate: bool = True,
+    dequant: int = 1, validate: bool = True, backend: str = "auto",
 ) -> torch.Tensor:
     """Decode attention over an INT4 paged cache (arguments as ``paged_decode_attention``).
+
+    ``backend="auto"`` runs the Gluon kernel (:mod:`kernels.paged_decode_gluon_int4`) where it
+    applies and was measured faster (:func:`gluon_int4_preferred`), this module's Triton kernel
+    otherwise; ``"triton"`` always runs this module's kernel, ``"gluon"`` the Gluon one (refused
+    where it cannot run).
 
     Parameters
     ----------
@@ -230,7 +211,9 @@ def paged_decode_int4(
     block_tables : Tensor [batch, max_blocks_per_seq] int32; seq_lens : Tensor [batch] int32
     dequant : int
         0: integer -> fp16 convert; 1 (default, 1.4-1.5x faster on the H200): the fp16 bit trick
-        (see the module docstring).
+        (see the module docstring). Triton kernel only.
+    backend : {"auto", "triton", "gluon"}
+        Which kernel runs (see above).
 
     Returns
     -------
@@ -238,9 +221,14 @@ def paged_decode_int4(
     """
     key = signature(q, k.data, k.scales, v.data, v.scales, block_tables, seq_lens) \
         if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else None
-    checked_once(key, lambda: _check_int4(q, k, v, block_tables, seq_lens))
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    checked_once(key, lambda: check_int4_inputs(q, k, v, block_tables, seq_lens))
     if dequant not in (0, 1):
         raise ValueError(f"dequant must be 0 or 1, got {dequant!r}")
+    if backend == "gluon" or (backend == "auto" and config is None and dequant == 1 and gluon_int4_preferred(q, k)):
+        return gluon_paged_decode_int4(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
+                                       validate=validate)
     batch, n_q_heads, head_dim = q.shape
     num_blocks, n_kv_heads, block_size, _ = k.data.shape
     sm_scale = check_call_options(sm_scale, num_splits, head_dim)
@@ -281,3 +269,10 @@ def paged_decode_int4(
     if plan.split:
         merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
+
+
+def gluon_int4_preferred(q: torch.Tensor, k: Int4Pool) -> bool:
+    """Whether ``backend="auto"`` takes the Gluon kernel for these (already checked) inputs: a
+    Hopper GPU with Gluon, a timed head dim, and at most ``MAX_GLUON_GROUP`` query heads per KV head."""
+    return (q.shape[2] in GLUON_INT4_HEAD_DIMS and q.shape[1] // k.data.shape[1] <= MAX_GLUON_GROUP
+            and gluon_decode_available())

@@ -119,6 +119,8 @@ def test_bad_inputs_name_the_argument():
         paged_decode_int4(q[..., :32].contiguous(), c.k, c.v, c.block_tables, c.seq_lens)
     with pytest.raises(ValueError, match="dequant must be 0 or 1"):
         _run(q, c, dequant=2)
+    with pytest.raises(ValueError, match="backend must be one of"):
+        _run(q, c, backend="cuda")
     with pytest.raises(ValueError, match="INT4 pools need head_dim"):
         quantize_pool_int4(torch.zeros(1, 1, 1, 96))
 
@@ -129,4 +131,5 @@ def test_bad_inputs_name_the_argument():
 def test_gpu_real_sizes(bs, splits):
     q, c = _case([4096, 999, 33], block_size=bs, hq=32, hkv=8, d=128, seed=11, spare=5)
     for dequant in (0, 1):
-        _assert_close(_run(q, c, num_splits=splits, dequant=dequant), _ref(q, c))
+        _assert_close(_run(q, c, num_splits=splits, dequant=dequant, backend="triton"), _ref(q, c))
+    _assert_close(_run(q, c, num_splits=splits), _ref(q, c))  # the default: Gluon on Hopper
