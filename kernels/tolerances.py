@@ -26,12 +26,14 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
         "and on the GPU P is rounded to bf16 before the P.V tensor-core dot")),
     ("paged_decode", "fp16"): Tolerance(atol=4e-3, why=(
         "fp16 keeps 11 bits: ~8x tighter than bf16 for the same two roundings")),
-    ("paged_decode", "fp8"): Tolerance(atol=8e-2, why=(
+    ("paged_decode", "fp8"): Tolerance(atol=2.5e-1, why=(
         "FP8 KV with a bf16 query, against the reference on the dequantised stored values (KV "
         "quantisation not counted), by the default e4m3 q.k dot: the query tile is quantised to "
         "e4m3 (3 mantissa bits, up to 2^-4 relative per element), so the logits move by a few "
-        "percent; over 17-97 tokens the H200 measured up to 6.5e-2, over 1K-20K tokens <= 7.5e-3 "
-        "(benchmarks/NOTES-decode.md, round 10)")),
+        "percent, which a softmax over a handful of tokens passes on almost whole: emulating the "
+        "rounding over 2-5-token sequences (3,000 random cases per length, GQA 8) reaches 0.17; "
+        "the H200 measured 9.0e-2 at 3 tokens, up to 6.5e-2 over 17-97 and <= 7.5e-3 over 1K-20K "
+        "tokens (benchmarks/NOTES-decode.md, rounds 10 and 12)")),
     ("paged_decode", "fp8 fp16 dots"): Tolerance(atol=2e-2, why=(
         "FP8 KV with DecodeConfig(fp8_qk_dot=False): the query stays in fp16 for both dots, so only "
         "the bf16 roundings remain (as for bf16; measured <= 7.8e-3)")),
