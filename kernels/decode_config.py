@@ -15,10 +15,15 @@ import torch
 
 from units import cdiv
 
-__all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "MAX_SPLITS", "FP8_DTYPE"]
+__all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "MAX_SPLITS", "FP8_DTYPE",
+           "MERGE_MODES"]
 
 FP8_DTYPE = torch.float8_e4m3fn
 MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
+# Where split-KV partials are merged: "kernel", a second (tiny) kernel; "inline", inside the split
+# kernel by the last split program of each (sequence, KV head) to finish (an atomic ticket);
+# "auto", inline for few splits and the kernel for many (kernels.paged_decode.merges_inline).
+MERGE_MODES = ("auto", "kernel", "inline")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +31,9 @@ class DecodeConfig:
     """Launch parameters of the split kernel (the heuristic's choice, or an explicit override).
 
     block_n: tokens per loop step; num_warps: warps per program; num_stages: software-pipelining
-    depth (how many K/V tiles are in flight ahead of their use).
+    depth (how many K/V tiles are in flight ahead of their use). merge: where split calls merge
+    their partials, one of ``MERGE_MODES`` ("inline" keeps a per-device counter buffer, so two
+    inline calls must not run concurrently on different streams of one device).
     """
 
     block_n: int = 64
@@ -36,6 +43,8 @@ class DecodeConfig:
     waves: int = 2  # waves of resident programs the split count aims at (see default_num_splits)
     pdl: bool = True  # launch the merge as a programmatic dependent launch (Hopper+) of the split kernel
     maxnreg: int | None = None  # register cap per thread (more programs resident per SM), or the compiler's choice
+    merge: str = "auto"  # split calls: merge in a second kernel, "inline" in the last split program, or by count
+    merge_splits: int | None = None  # inline merge: partials per step (a power of two), or the tile rule
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -48,6 +57,11 @@ class DecodeConfig:
             raise ValueError(f"waves must be 1 or 2, got {self.waves}")
         if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
             raise ValueError(f"maxnreg must be None or in 24..255, got {self.maxnreg}")
+        if self.merge not in MERGE_MODES:
+            raise ValueError(f"merge must be one of {', '.join(map(repr, MERGE_MODES))}, got {self.merge!r}")
+        if self.merge_splits is not None and (not 1 <= self.merge_splits <= MAX_SPLITS
+                                              or self.merge_splits & (self.merge_splits - 1)):
+            raise ValueError(f"merge_splits must be None or a power of two in 1..{MAX_SPLITS}, got {self.merge_splits}")
 
 
 def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:

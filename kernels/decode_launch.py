@@ -22,7 +22,8 @@ from kernels.occupancy import resident_programs
 from kernels.runtime import interpreter_active
 
 __all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
-           "check_call_options", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT"]
+           "check_call_options", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT",
+           "merge_counters", "MIN_MERGE_COUNTERS"]
 
 # Signatures whose shape and stride checks passed (bounded: cleared when full).
 _CHECKED: set[tuple] = set()
@@ -138,6 +139,38 @@ def split_buffers(plan: SplitPlan, q: torch.Tensor, out: torch.Tensor) -> tuple:
     part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
     return part_out, part_lse, (part_out.stride(0), part_out.stride(1), part_out.stride(2),
                                 part_lse.stride(0), part_lse.stride(1))
+
+
+# Per device: the inline merge's ticket counters, every buffer ever handed out (the newest last).
+_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}
+MIN_MERGE_COUNTERS = 1 << 14  # batch 2,048 x 8 KV heads in 64 KiB: growth stays rare
+
+
+def merge_counters(device: torch.device, count: int) -> torch.Tensor:
+    """A zeroed int32 buffer of at least ``count`` ticket counters (one per (sequence, KV head))
+    for the inline split-KV merge, cached per device: no allocation on the per-call path.
+
+    The last split program of each (sequence, KV head) resets its counter to 0, so the buffer is
+    all zeros between calls and across CUDA-graph replays. As with FlashInfer's and vLLM's
+    workspaces, one buffer serves every call on the device: two inline-merge calls must not run
+    concurrently on different streams. A larger need allocates a new buffer (outside graph
+    capture only: a captured graph holds the address it saw), and the old ones stay alive for
+    graphs that hold them.
+    """
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())  # one key per GPU
+    buffers = _COUNTERS.setdefault(device, [])
+    if buffers and buffers[-1].numel() >= count:
+        return buffers[-1]
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise ValueError(f"the inline merge needs {count} counters but holds "
+                         f"{buffers[-1].numel() if buffers else 0} on {device}; run this call once "
+                         "before capturing it in a CUDA graph")
+    counters = torch.zeros(max(MIN_MERGE_COUNTERS, 1 << (count - 1).bit_length()), dtype=torch.int32, device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # zeroed before a call on any stream reads it
+    buffers.append(counters)
+    return counters
 
 
 @lru_cache(maxsize=8)

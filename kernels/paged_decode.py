@@ -33,13 +33,22 @@ and p quantised to e4m3: measured slower (0.96-1.37x bf16) and outside the FP8 t
 (benchmarks/NOTES-decode.md, round 5), so it is not offered. With ``fp8_qk_dot=False`` both products run in fp16, so a
 bf16 query must then lie within fp16 range (|q| < 65504).
 
-Split-KV merge: a second, tiny kernel. Merging inside the split kernel (the last split program
-of each (sequence, KV head) to finish, found with an atomic ticket) was measured slower in every
-split shape: its serial merge sits on the critical path (batch 1 x 32K: 0.0526 ms against 0.0416
-with two launches; benchmarks/NOTES-decode.md, round 5). On Hopper the merge goes out as a
-programmatic dependent launch (``DecodeConfig.pdl``): the split kernel lets it start at once and
-it waits on the device (``griddepcontrol.wait``) instead of behind the stream, which took an
+Split-KV merge (``DecodeConfig.merge``). By default a second, tiny kernel; on Hopper it goes out
+as a programmatic dependent launch (``DecodeConfig.pdl``): the split kernel lets it start at once
+and it waits on the device (``griddepcontrol.wait``) instead of behind the stream, which took an
 eager batch-1 x 32K call from 0.135 to 0.066 ms and left graph replays unchanged (round 9).
+``merge="inline"`` merges inside the split kernel instead: each split program stores its partial,
+then takes a ticket from a per-(sequence, KV head) int32 counter (``atomic_add``, acq_rel at GPU
+scope, after a CTA barrier so every thread's stores precede the release); the program that draws
+``num_splits - 1`` is the last, reads every partial of its (sequence, KV head) (``.cg`` loads,
+past the L1, which is not coherent across SMs), merges them ``MERGE_SPLITS`` at a time with a
+running max (the same LSE weights as the merge kernel, reassociated) and resets the counter to 0
+for the next call and the next graph replay (:func:`kernels.decode_launch.merge_counters`). A
+first version (one split per step, then 32) was slower than two launches (batch 1 x 32K: 0.0526
+ms against 0.0416; benchmarks/NOTES-decode.md, rounds 5-6). This one, measured on the H200 (round
+13), is 1.016x the merge kernel at 8 splits (B8 L32K 64/8) but 0.93x at 66 (batch 1 x 32K), where
+one program reads 66 partials in series; so the default, ``merge="auto"``, merges inline up to
+``INLINE_MERGE_MAX_SPLITS`` splits and in the merge kernel beyond.
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------
@@ -76,13 +85,14 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
-from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
+from kernels.decode_config import FP8_DTYPE, MAX_SPLITS, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
     check_call_options,
     checked_once,
     fp8_scales,
     interpreted,
+    merge_counters,
     planned_split,
     signature,
     split_buffers,
@@ -130,6 +140,7 @@ def _paged_decode_kernel(
     out_ptr,  # [batch, n_q_heads, HEAD_DIM] final output (written when not SPLIT)
     part_out_ptr,  # [batch, n_q_heads, num_splits, HEAD_DIM] fp32 partial outputs (SPLIT)
     part_lse_ptr,  # [batch, n_q_heads, num_splits] fp32 base-2 log-sum-exp per split (SPLIT)
+    counter_ptr,  # [>= batch * n_kv_heads] int32 tickets, zero between calls (INLINE_MERGE)
     qk_scale,  # sm_scale * log2(e): logits come out in base 2 for exp2
     num_splits,  # parts each sequence is cut into (grid dim 2)
     stride_qb, stride_qh,
@@ -150,6 +161,9 @@ def _paged_decode_kernel(
     SPLIT: tl.constexpr,  # write partials + lse for the merge kernel instead of the output
     INTERPRET: tl.constexpr,  # Triton interpreter: do the dots in fp32 (its bf16 math is wrong)
     EARLY_MERGE_LAUNCH: tl.constexpr = False,  # let the merge kernel (a PDL dependent) start now
+    INLINE_MERGE: tl.constexpr = False,  # SPLIT: the last split program of a KV head merges
+    MERGE_GROUP: tl.constexpr = 1,  # GROUP rounded up to a power of two (the merge has no tl.dot)
+    MERGE_SPLITS: tl.constexpr = 1,  # partials per merge step
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -234,21 +248,23 @@ def _paged_decode_kernel(
 
     _write_output(
         out, m_i, l_i, has_tokens, seq, split, q_heads, mask_g, offs_d,
-        out_ptr, part_out_ptr, part_lse_ptr,
+        out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, num_splits,
         stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, SPLIT,
+        INLINE_MERGE, GROUP, MERGE_GROUP, MERGE_SPLITS, HEAD_DIM,
     )
 
 
 @triton.jit
 def _write_output(
     out, m_i, l_i, has_tokens, seq, split, q_heads, mask_g, offs_d,
-    out_ptr, part_out_ptr, part_lse_ptr,
+    out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, num_splits,
     stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
-    SPLIT: tl.constexpr,
+    SPLIT: tl.constexpr, INLINE_MERGE: tl.constexpr, GROUP: tl.constexpr, MERGE_GROUP: tl.constexpr,
+    MERGE_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):
     """Store one program's normalised ``out`` [GROUP_PAD, HEAD_DIM]: the output itself, or a
-    split's partial and its base-2 lse for the merge kernel (shared by the bf16/FP8 and the INT4
-    kernels)."""
+    split's partial and its base-2 lse for the merge (shared by the bf16/FP8 and the INT4
+    kernels); with INLINE_MERGE, the last split of the KV head then merges."""
     o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + q_heads[:, None] * stride_oh + offs_d[None, :]
     if SPLIT:
         lse = tl.where(has_tokens, m_i + tl.math.log2(tl.where(has_tokens, l_i, 1.0)), float("-inf"))
@@ -256,8 +272,63 @@ def _write_output(
         pl_base = part_lse_ptr + seq.to(tl.int64) * stride_plb + q_heads * stride_plh
         tl.store(po_base + split * stride_pos, out, mask=mask_g[:, None])
         tl.store(pl_base + split, lse, mask=mask_g)
+        if INLINE_MERGE:
+            _merge_if_last(
+                seq, num_splits, counter_ptr, part_out_ptr, part_lse_ptr, out_ptr,
+                stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
+                GROUP, MERGE_GROUP, MERGE_SPLITS, HEAD_DIM,
+            )
     else:
         tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_g[:, None])
+
+
+@triton.jit
+def _merge_if_last(
+    seq, num_splits, counter_ptr, part_out_ptr, part_lse_ptr, out_ptr,
+    stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
+    GROUP: tl.constexpr, MERGE_GROUP: tl.constexpr, MERGE_SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr,
+):
+    """Take this split's ticket; the program that draws the last one merges every partial of the
+    (sequence, KV head) into the output (LSE-weighted, as ``_merge_splits_kernel``) and resets
+    the counter."""
+    kv_head = tl.program_id(0)
+    # All threads' partial stores precede the barrier; the one thread that takes the ticket then
+    # releases them at GPU scope (cumulative), so the program that acquires the last ticket sees
+    # every split's partial.
+    tl.debug_barrier()
+    counter = counter_ptr + seq * tl.num_programs(0) + kv_head
+    ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if ticket == num_splits - 1:
+        tl.debug_barrier()  # the acquire comes before any thread's loads of the partials
+        offs_g = tl.arange(0, MERGE_GROUP)
+        offs_c = tl.arange(0, MERGE_SPLITS)
+        offs_d = tl.arange(0, HEAD_DIM)
+        mask_g = offs_g < GROUP
+        heads = kv_head * GROUP + offs_g
+        pl_base = part_lse_ptr + seq.to(tl.int64) * stride_plb + heads[:, None] * stride_plh
+        po_base = (part_out_ptr + seq.to(tl.int64) * stride_pob + heads[:, None, None] * stride_poh
+                   + offs_d[None, None, :])
+        m = tl.full([MERGE_GROUP], float("-inf"), dtype=tl.float32)
+        den = tl.zeros([MERGE_GROUP], dtype=tl.float32)
+        acc = tl.zeros([MERGE_GROUP, HEAD_DIM], dtype=tl.float32)
+        for first in range(0, num_splits, MERGE_SPLITS):
+            splits = first + offs_c
+            mask = mask_g[:, None] & (splits < num_splits)[None, :]
+            # .cg: through L2 only; the L1 of this SM may not see other SMs' stores.
+            lse = tl.load(pl_base + splits[None, :], mask=mask, other=float("-inf"), cache_modifier=".cg")
+            parts = tl.load(po_base + splits[None, :, None] * stride_pos, mask=mask[:, :, None], other=0.0,
+                            cache_modifier=".cg")
+            # Finite from the first step on (split 0 always holds a token); padded rows pinned to 0.
+            m_new = tl.where(mask_g, tl.maximum(m, tl.max(lse, 1)), 0.0)
+            alpha = tl.math.exp2(m - m_new)  # 0 on the first step
+            w = tl.math.exp2(lse - m_new[:, None])  # 0 for empty, padded and masked splits
+            acc = acc * alpha[:, None] + tl.sum(parts * w[:, :, None], 1)
+            den = den * alpha + tl.sum(w, 1)
+            m = m_new
+        out = acc / tl.where(den > 0.0, den, 1.0)[:, None]
+        o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + heads[:, None] * stride_oh + offs_d[None, :]
+        tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=mask_g[:, None])
+        tl.store(counter, 0)  # every split has taken its ticket: zero for the next call or replay
 
 
 @triton.jit
@@ -358,7 +429,7 @@ def paged_decode_attention(
     plan, launch_args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
                                                   v_scale, num_splits, config, validate)
     _paged_decode_kernel[plan.grid](*launch_args, **constexprs)
-    if plan.split:
+    if plan.split and not constexprs["INLINE_MERGE"]:
         merge_splits(launch_args[8], launch_args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
@@ -386,7 +457,7 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
         return (q, k_cache, v_cache, block_tables, seq_lens,
                 ks if ks is not None else out, vs if vs is not None else out,
-                out, part_out, part_lse,
+                out, part_out, part_lse, inline_counters(config, plan, out),
                 sm_scale * LOG2_E, plan.num_splits,
                 q.stride(0), q.stride(1),
                 k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -397,8 +468,9 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
 
     plan, _ = planned_split((key, config), batch, n_kv_heads, max_len, q.device, num_splits, config.block_n,
                             config.waves, lambda trial: _paged_decode_kernel.warmup(
-                                *args(trial), grid=trial.grid, **_constexprs(key, config, True)))
-    return plan, args(plan), _constexprs(key, config, plan.split), out
+                                *args(trial), grid=trial.grid,
+                                **_constexprs(key, config, True, merges_inline(config, trial.num_splits))))
+    return plan, args(plan), _constexprs(key, config, plan.split, merges_inline(config, plan.num_splits)), out
 
 
 def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
@@ -410,8 +482,9 @@ def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 
 
 @lru_cache(maxsize=256)
-def _constexprs(key: tuple, config: DecodeConfig, split: bool) -> dict:
-    """The kernel's compile-time arguments for one call signature."""
+def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> dict:
+    """The kernel's compile-time arguments for one call signature (``inline``: the split kernel
+    merges, :func:`merges_inline`)."""
     (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
     fp8 = k_dtype == FP8_DTYPE
     interpret = interpreted(device)
@@ -420,16 +493,58 @@ def _constexprs(key: tuple, config: DecodeConfig, split: bool) -> dict:
         GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
         PAGE_SIZE=block_size, BLOCK_N=config.block_n, HAS_SCALES=fp8, FP8_KV=fp8,
         FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
-        EARLY_MERGE_LAUNCH=pdl_merge(config, split, device),
+        EARLY_MERGE_LAUNCH=pdl_merge(config, split and not inline, device),
+        **merge_constexprs(config, inline, group, head_dim),
         INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
         **({} if config.maxnreg is None or interpret else {"maxnreg": config.maxnreg}),
     )
 
 
-def pdl_merge(config: DecodeConfig, split: bool, device: torch.device) -> bool:
-    """Whether a split call launches its merge as a programmatic dependent launch: asked for by
-    the config, compiled (not interpreted), on a GPU that has it (compute capability 9.0+)."""
+def pdl_merge(config, split: bool, device: torch.device) -> bool:
+    """Whether a call that merges its splits in the merge kernel (``split``) launches it as a
+    programmatic dependent launch: asked for by the config, compiled (not interpreted), on a GPU
+    that has it (compute capability 9.0+)."""
     return config.pdl and split and not interpreted(device) and _has_pdl(device)
+
+
+# Up to this many splits, DecodeConfig(merge="auto") merges inline. On the H200 (NOTES-decode.md,
+# round 13) the inline merge was 1.016x the merge kernel at 8 splits (B8 L32K 64/8) and 1.00x at
+# 2, but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in series.
+INLINE_MERGE_MAX_SPLITS = 8
+
+
+def merges_inline(config, num_splits: int) -> bool:
+    """Whether a call cut into ``num_splits`` merges inside the split kernel: ``merge="inline"``
+    whenever it splits, ``"auto"`` up to ``INLINE_MERGE_MAX_SPLITS``. Configs without a ``merge``
+    field (the Gluon kernels') always use the merge kernel."""
+    mode = getattr(config, "merge", "kernel")
+    return num_splits > 1 and (mode == "inline" or (mode == "auto" and num_splits <= INLINE_MERGE_MAX_SPLITS))
+
+
+# Elements of one inline merge step's [MERGE_GROUP, MERGE_SPLITS, HEAD_DIM] fp32 tile per warp
+# (32 per thread) unless DecodeConfig.merge_splits says otherwise. The merge's loads, their
+# addresses and one lse per row all sit in registers, and the kernel's count is the larger of
+# the main loop's and the merge's: compiled locally for sm_90 (triton 3.7.1, d 128), the bf16
+# kernel went from 105 registers to 128 with 4 heads x 8 splits a step and 116 with 1 x 32
+# (4 programs per SM kept), but to 205 with 8 x 4 (8 x 1: 104), and to 158 at twice this tile.
+MERGE_TILE_PER_WARP = 1024
+
+
+def merge_constexprs(config: DecodeConfig, inline: bool, group: int, head_dim: int) -> dict:
+    """The split kernels' inline-merge compile-time values (shared with the INT4 kernel);
+    ``inline`` from :func:`merges_inline`."""
+    merge_group = triton.next_power_of_2(group)
+    per_step = config.merge_splits or MERGE_TILE_PER_WARP * config.num_warps // (merge_group * head_dim)
+    return dict(INLINE_MERGE=inline, MERGE_GROUP=merge_group,
+                MERGE_SPLITS=max(1, min(MAX_SPLITS, per_step)))
+
+
+def inline_counters(config: DecodeConfig, plan: SplitPlan, out: torch.Tensor) -> torch.Tensor:
+    """The ticket counters of an inline-merge split call (``plan.grid`` is ``(n_kv_heads, batch,
+    splits)``); ``out`` stands in where nothing reads them."""
+    if not merges_inline(config, plan.num_splits):
+        return out
+    return merge_counters(out.device, plan.grid[0] * plan.grid[1])
 
 
 @lru_cache(maxsize=8)

@@ -2,7 +2,7 @@
 
 Same algorithm, grid and split-KV scheme as :mod:`kernels.paged_decode` (one program per
 (KV head, sequence, split), all query heads of the KV head in one tile, online softmax in base
-2, the merge kernel); only the loads and the dots differ. The pool layout is
+2, the merge kernel or ``DecodeConfig(merge="inline")``); only the loads and the dots differ. The pool layout is
 :mod:`kernels.int4_cache`'s: byte ``j`` holds dim ``j`` (low nibble) and dim ``j + D/2`` (high
 nibble), one fp16 scale per token for each half. So a K tile splits into two half tiles without
 any interleaving, and each half has one scale per token, which factors out of the dots:
@@ -46,7 +46,10 @@ from kernels.paged_decode import (  # noqa: E402
     MIN_GROUP_PAD,
     _split_range,
     _write_output,
+    inline_counters,
+    merge_constexprs,
     merge_splits,
+    merges_inline,
     pdl_merge,
 )
 from kernels.paged_decode_gluon import MAX_GLUON_GROUP, gluon_decode_available  # noqa: E402
@@ -122,7 +125,7 @@ def _paged_decode_int4_kernel(
     ks_ptr, vs_ptr,  # [num_blocks, n_kv_heads, PAGE_SIZE, 2] fp16 scales (low half, high half)
     block_tables_ptr,  # [batch, max_blocks_per_seq] int32
     seq_lens_ptr,  # [batch] int32
-    out_ptr, part_out_ptr, part_lse_ptr,  # as in the bf16 kernel
+    out_ptr, part_out_ptr, part_lse_ptr, counter_ptr,  # as in the bf16 kernel
     qk_scale, num_splits,
     stride_qb, stride_qh,
     stride_kb, stride_kh, stride_kt, stride_vb, stride_vh, stride_vt,
@@ -132,6 +135,7 @@ def _paged_decode_int4_kernel(
     GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, DEQUANT: tl.constexpr,
     INTERPRET: tl.constexpr, EARLY_MERGE_LAUNCH: tl.constexpr = False,
+    INLINE_MERGE: tl.constexpr = False, MERGE_GROUP: tl.constexpr = 1, MERGE_SPLITS: tl.constexpr = 1,
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -179,8 +183,9 @@ def _paged_decode_int4_kernel(
     offs_d = tl.arange(0, HEAD_DIM)
     _write_output(
         out, m_i, l_i, has_tokens, seq, split, q_heads, mask_g, offs_d,
-        out_ptr, part_out_ptr, part_lse_ptr,
+        out_ptr, part_out_ptr, part_lse_ptr, counter_ptr, num_splits,
         stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, SPLIT,
+        INLINE_MERGE, GROUP, MERGE_GROUP, MERGE_SPLITS, HEAD_DIM,
     )
 
 
@@ -241,7 +246,7 @@ def paged_decode_int4(
     def args(plan: SplitPlan) -> tuple:
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
         return (q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
-                out, part_out, part_lse,
+                out, part_out, part_lse, inline_counters(config, plan, out),
                 sm_scale * LOG2_E, plan.num_splits,
                 q.stride(0), q.stride(1),
                 k.data.stride(0), k.data.stride(1), k.data.stride(2),
@@ -251,22 +256,24 @@ def paged_decode_int4(
                 block_tables.stride(0), out.stride(0), out.stride(1),
                 *part_strides)
 
-    def constexprs(split: bool) -> dict:
+    def constexprs(plan: SplitPlan) -> dict:
+        inline = merges_inline(config, plan.num_splits)
         return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-                    PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=split,
+                    PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=plan.split,
                     DEQUANT=dequant, INTERPRET=interpreted(q.device),
-                    EARLY_MERGE_LAUNCH=pdl_merge(config, split, q.device),
+                    EARLY_MERGE_LAUNCH=pdl_merge(config, plan.split and not inline, q.device),
+                    **merge_constexprs(config, inline, group, head_dim),
                     num_warps=config.num_warps, num_stages=config.num_stages,
                     **({} if config.maxnreg is None or interpreted(q.device) else {"maxnreg": config.maxnreg}))
 
     plan, _ = planned_split((key, config, dequant), batch, n_kv_heads, block_tables.shape[1] * block_size,
                             q.device, num_splits, config.block_n, config.waves,
                             lambda trial: _paged_decode_int4_kernel.warmup(*args(trial), grid=trial.grid,
-                                                                           **constexprs(True)))
-    launch_args, launch_constexprs = args(plan), constexprs(plan.split)
+                                                                           **constexprs(trial)))
+    launch_args, launch_constexprs = args(plan), constexprs(plan)
     _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
     part_out, part_lse = launch_args[8], launch_args[9]
-    if plan.split:
+    if plan.split and not launch_constexprs["INLINE_MERGE"]:
         merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
 

@@ -13,8 +13,19 @@ import math
 import pytest
 import torch
 
+from kernels.decode_launch import MIN_MERGE_COUNTERS, merge_counters
+from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
-from kernels.paged_decode import DecodeConfig, default_num_splits, paged_decode_attention, pdl_merge
+from kernels.paged_decode import (
+    INLINE_MERGE_MAX_SPLITS,
+    DecodeConfig,
+    default_num_splits,
+    merges_inline,
+    paged_decode_attention,
+    pdl_merge,
+)
+from kernels.paged_decode_gluon import GluonDecodeConfig
+from kernels.paged_decode_int4 import paged_decode_int4
 from kernels.paged_reference import paged_attention_reference
 from kernels.tolerances import tolerance
 
@@ -152,6 +163,118 @@ def test_pdl_merge_only_where_it_can_run():
         assert pdl_merge(cfg, True, torch.device("cuda")) == hopper
 
 
+def test_auto_merges_inline_for_few_splits_and_in_the_merge_kernel_for_many():
+    """The default ("auto") merges inline up to INLINE_MERGE_MAX_SPLITS splits (faster there on
+    the H200) and in the merge kernel beyond (faster at 66); an unsplit call merges nothing."""
+    auto = DecodeConfig()
+    assert auto.merge == "auto"
+    assert [merges_inline(auto, n) for n in (1, 2, INLINE_MERGE_MAX_SPLITS, INLINE_MERGE_MAX_SPLITS + 1, 66)] == [
+        False, True, True, False, False]
+    assert merges_inline(DecodeConfig(merge="inline"), 66) and not merges_inline(DecodeConfig(merge="inline"), 1)
+    assert not merges_inline(DecodeConfig(merge="kernel"), 2)
+    assert not merges_inline(GluonDecodeConfig(), 2)  # the Gluon kernels have only the merge kernel
+
+
+def test_auto_merge_equals_the_merge_kernel_on_both_sides_of_its_threshold():
+    q, c = _case([97, 1, 17], block_size=16, hq=8, hkv=2, d=64, seed=21)
+    for splits in (5, INLINE_MERGE_MAX_SPLITS + 2):
+        auto = _run(q, c, num_splits=splits, config=DecodeConfig(block_n=16))
+        kernel = _run(q, c, num_splits=splits, config=DecodeConfig(block_n=16, merge="kernel"))
+        _assert_same_up_to_rounding(auto, kernel)
+    assert _counters_all_zero(q.device)  # the inline calls left every ticket at 0
+
+
+# Inline merge: the last split program of each (sequence, KV head) merges, found by a ticket.
+# Each case: (splits, block size, query heads, KV heads, dtype or "fp8"); lengths 97, 1, 17 make
+# tails, a one-token sequence and, at 66 splits, mostly empty splits.
+INLINE_CASES = [
+    (1, 16, 8, 2, "bf16"),
+    (2, 1, 2, 2, "bf16"),
+    (2, 256, 8, 1, "fp16"),
+    (5, 16, 8, 1, "bf16"),
+    (5, 256, 8, 2, "bf16"),
+    (5, 16, 8, 2, "fp8"),
+    (66, 16, 8, 2, "bf16"),
+    (66, 1, 8, 1, "bf16"),
+    (66, 256, 2, 2, "fp8"),
+]
+# One unit in the last place of the output dtype, relative: the two merges differ only by fp32
+# reassociation (running max against a global one), which can flip the final rounding.
+ULP = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
+
+
+def _counters_all_zero(device) -> bool:
+    return not merge_counters(torch.device(device), 1).any().item()
+
+
+def _assert_same_up_to_rounding(a: torch.Tensor, b: torch.Tensor) -> None:
+    diff = (a.float() - b.float()).abs()
+    bound = ULP[a.dtype] * torch.maximum(a.float().abs(), b.float().abs()).clamp_min(2.0**-6)
+    assert (diff <= bound).all(), f"merges differ by {diff.max().item():.3e} (more than one output ulp)"
+    assert (a == b).float().mean().item() >= 0.99, "more than 1 % of the outputs differ"
+
+
+@pytest.mark.parametrize("case", INLINE_CASES, ids=lambda c: f"s{c[0]}-bs{c[1]}-H{c[2]}/{c[3]}-{c[4]}")
+def test_inline_merge_equals_the_merge_kernel(case):
+    splits, bs, hq, hkv, dtype = case
+    q, c = _case([97, 1, 17], block_size=bs, hq=hq, hkv=hkv, dtype="bf16" if dtype == "fp8" else dtype, seed=splits)
+    if dtype == "fp8":
+        c = quantize_fp8(c, per_head=True)
+    base = DecodeConfig(block_n=16, merge="kernel")
+    kernel = _run(q, c, num_splits=splits, config=base)
+    inline = _run(q, c, num_splits=splits, config=DecodeConfig(block_n=16, merge="inline"))
+    _assert_same_up_to_rounding(inline, kernel)
+    _assert_close(inline, _ref(q, c), TOLERANCE[dtype])
+    if splits == 5:  # one partial a step, and steps that end past the last split
+        for per_step in (1, 4):
+            stepped = _run(q, c, num_splits=splits, config=DecodeConfig(block_n=16, merge="inline",
+                                                                        merge_splits=per_step))
+            _assert_same_up_to_rounding(stepped, kernel)
+    assert _counters_all_zero(q.device), "a ticket counter was left non-zero"
+
+
+def test_inline_merge_is_driven_by_the_ticket_counters():
+    """A counter that does not start at 0 makes a program other than the last one merge: the
+    output misses a split and the counter is left at 1 (so the inline path really ran)."""
+    q, c = _case([64], hq=8, hkv=2, seed=77)  # 4 splits of one 16-token tile each
+    cfg = DecodeConfig(block_n=16, merge="inline")
+    counters = merge_counters(q.device, 2)
+    counters[0] = 1  # sequence 0, KV head 0: one ticket already taken
+    try:
+        bad = _run(q, c, num_splits=4, config=cfg)
+        assert counters[0].item() == 1 and counters[1].item() == 0
+    finally:
+        counters.zero_()
+    good = _run(q, c, num_splits=4, config=cfg)
+    # KV head 0 merged before its last split's partial was written (NaN counts as different).
+    assert not torch.allclose(bad[0, :4].float(), good[0, :4].float(), atol=1e-2, rtol=0)
+    assert torch.equal(bad[0, 4:], good[0, 4:])  # KV head 1 merged as usual
+    _assert_close(good, _ref(q, c), TOLERANCE["bf16"])
+
+
+def test_merge_counters_are_cached_and_grow():
+    dev = torch.device("cpu")
+    first = merge_counters(dev, 3)
+    assert first.dtype == torch.int32 and first.numel() >= MIN_MERGE_COUNTERS and not first.any()
+    assert merge_counters(dev, MIN_MERGE_COUNTERS) is first  # no allocation while it fits
+    bigger = merge_counters(dev, first.numel() + 1)
+    assert bigger.numel() == 2 * first.numel() and not bigger.any()
+    assert merge_counters(dev, 1) is bigger
+
+
+def test_inline_merge_int4():
+    g = _gen(8)
+    c = quantize_int4(build_paged_cache([97, 1, 17], block_size=16, n_kv_heads=2, head_dim=64, device=DEVICE,
+                                        shuffle=True, generator=g, spare_blocks=3, poison_unused=True))
+    q = torch.randn(3, 8, 64, generator=g, device=DEVICE).to(torch.bfloat16)
+    runs = {m: paged_decode_int4(q, c.k, c.v, c.block_tables, c.seq_lens, num_splits=5,
+                                 config=DecodeConfig(block_n=16, merge=m)) for m in ("kernel", "inline")}
+    _assert_same_up_to_rounding(runs["inline"], runs["kernel"])
+    ref = paged_attention_reference(q, dequantize_int4(c.k), dequantize_int4(c.v), c.block_tables, c.seq_lens)
+    _assert_close(runs["inline"], ref, tolerance("paged_decode", "int4").atol)
+    assert _counters_all_zero(q.device)
+
+
 def test_default_num_splits_fills_the_gpu():
     # Two programs resident per SM (the default assumption): waves of 264 on 132 SMs.
     assert default_num_splits(1, 8, 32768, 64, 132) == 66  # 528 programs = 2 waves of 264
@@ -252,6 +375,9 @@ def test_bad_keyword_raises_value_error(kw, pattern):
     (dict(num_warps=3), "num_warps must be 1, 2, 4, 8 or 16, got 3"),
     (dict(waves=3), "waves must be 1 or 2, got 3"),
     (dict(maxnreg=300), "maxnreg must be None or in 24..255, got 300"),
+    (dict(merge="fused"), "merge must be one of 'auto', 'kernel', 'inline', got 'fused'"),
+    (dict(merge_splits=3), "merge_splits must be None or a power of two in 1..128, got 3"),
+    (dict(merge_splits=256), "merge_splits must be None or a power of two in 1..128, got 256"),
 ])
 def test_bad_config_is_refused(kw, pattern):
     with pytest.raises(ValueError, match=pattern):
@@ -333,7 +459,8 @@ def test_gpu_pdl_merge_equals_the_stream_ordered_merge(fp8):
     q, c = _case([20000, 4096, 999], block_size=16, hq=32, hkv=8, d=128, seed=5, spare=5)
     if fp8:
         c = quantize_fp8(c)
-    base = DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=True, waves=1) if fp8 else DecodeConfig()
+    base = DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=True, waves=1, merge="kernel") if fp8 \
+        else DecodeConfig(merge="kernel")
     ordered = _run(q, c, num_splits=12, config=DecodeConfig(**{**base.__dict__, "pdl": False}))
     eager = _run(q, c, num_splits=12, config=base)
     assert torch.equal(eager, ordered)
@@ -357,7 +484,37 @@ def test_gpu_fp8_short_sequences_within_each_modes_tolerance(qk_dot):
     name = "fp8" if qk_dot else "fp8 fp16 dots"
     cfg = DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=qk_dot, waves=1)
     for seed in range(3):
-        q, c = _case([1, 17, 97, 1025], block_size=16, hq=32, hkv=8, d=128, seed=40 + seed, spare=5)
+        q, c = _case([1, 2, 3, 5, 17, 97, 1025], block_size=16, hq=32, hkv=8, d=128, seed=40 + seed, spare=5)
         c = quantize_fp8(c)
         _assert_close(_run(q, c, config=cfg), _ref(q, c), tolerance("paged_decode", name).atol)
 
+
+
+@pytest.mark.gpu
+@gpu
+@pytest.mark.parametrize("fp8", [False, True])
+def test_gpu_inline_merge_equals_the_merge_kernel_eagerly_and_in_graph_replays(fp8):
+    """Real sizes with the release/acquire ticket on the GPU: the inline merge matches the merge
+    kernel up to the output rounding, and replays of a captured call (counters reset by the last
+    split program each time) reproduce the eager output."""
+    q, c = _case([20000, 4096, 999, 1], block_size=16, hq=32, hkv=8, d=128, seed=6, spare=5)
+    if fp8:
+        c = quantize_fp8(c)
+    base = DecodeConfig(block_n=128, num_stages=2, fp8_qk_dot=True, waves=1, merge="kernel") if fp8 \
+        else DecodeConfig(merge="kernel")
+    inline_cfg = DecodeConfig(**{**base.__dict__, "merge": "inline"})
+    for splits in (5, 66):
+        kernel = _run(q, c, num_splits=splits, config=base)
+        inline = _run(q, c, num_splits=splits, config=inline_cfg)
+        _assert_same_up_to_rounding(inline, kernel)
+        assert _counters_all_zero(q.device)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = _run(q, c, num_splits=66, config=inline_cfg, validate=False)
+    for _ in range(3):
+        captured.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, inline)
+    assert _counters_all_zero(q.device)
