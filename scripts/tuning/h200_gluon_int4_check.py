@@ -44,7 +44,11 @@ import torch
 
 from inputs.uploads import dumps_strict
 from kernels.paged_decode_gluon_int4 import GLUON_INT4_DECODE_CONFIGS
-from scripts.tuning.h200_gluon_fp8_check import LARGE_TOKENS, SHAPES, _emit, _error, _finite
+from scripts.tuning.h200_gluon_decode_check import _emit, _error, _finite
+
+# (batch, context, query heads); 8 KV heads, d 128, block 16.
+SHAPES = [(1, 32768, 32), (8, 32768, 32), (32, 16384, 64), (128, 4096, 32)]
+LARGE_TOKENS = 256 * 1024  # the decode targets' "large shape": batch x context at least this
 
 # (label, lengths, block size, query heads, KV heads, head dim, query dtype, forced splits)
 CHECKS = [

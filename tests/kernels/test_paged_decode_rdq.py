@@ -1,0 +1,418 @@
+"""Tests of the register-dequant warp-MMA decode kernel (INT4 and FP8 KV).
+
+CPU (CI): configurations compile for sm_90 with the installed Triton's bundled ptxas (in a child
+process: the suite runs under the interpreter, whose objects Gluon cannot compile); the PTX does
+both products as ``mma.sync.m16n8k16`` (counted by hand), loads no single bytes, gathers codes
+with 8/16-byte ``cp.async`` only, stores nothing to shared memory inside the loop (the
+dequantised operands stay in registers), and ptxas spills nothing. The dequantising PTX is run
+instruction by instruction (an interpreter written from the PTX manual's definitions) on every
+byte value. The head-dim permutations are checked two ways: a model of which value each lane's
+registers hold, pushed through the same reshapes and permutes as the kernel, against the direct
+map of :mod:`kernels.rdq_layouts`; and the lane that loads a byte is the lane the MMA fragment
+needs it in. GPU (``-m gpu``, skipped without Hopper): results against the float32 paged reference
+on the dequantised pools at tails 1/17/97/1025/20000, page sizes 1/16/256, GQA 1/4/8/16, forced
+splits, shuffled tables and NaN in every slot no sequence owns.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from kernels.int4_cache import dequantize_int4, quantize_int4
+from kernels.paged_cache import build_paged_cache, quantize_fp8
+from kernels.paged_decode_rdq import RDQ_CONFIGS, RdqConfig, rdq_available, rdq_paged_decode, rdq_shared_bytes
+from kernels.paged_reference import paged_attention_reference
+from kernels.rdq_layouts import (
+    FP8_K_ELEMENT_BYTE,
+    FP8_K_PTX,
+    FP8_V_PTX,
+    INT4_K_ELEMENT_BYTE,
+    INT4_K_PTX,
+    INT4_V_PTX,
+    k_physical_byte,
+    k_tile_layout_bases,
+    v_physical_byte,
+    v_tile_layout_bases,
+)
+from kernels.tolerances import tolerance
+from support.paths import ROOT
+
+needs_hopper = pytest.mark.skipif(not rdq_available(), reason="needs Gluon and a CUDA device of capability 9.x")
+
+# (config index, format, head_dim, block_size, group, split): every config at the main INT4
+# shape, the default for FP8, both head dims, page sizes 1 and 256, GQA 1 and 16, unsplit.
+_BUILDS = ([(i, "int4", 128, 16, 4, True) for i in range(len(RDQ_CONFIGS))]
+           + [(0, "fp8", 128, 16, 4, True), (0, "fp8", 64, 16, 8, True), (0, "int4", 64, 256, 1, True),
+              (0, "int4", 128, 1, 16, False), (1, "fp8", 128, 256, 16, False)])
+
+_BUILD_SCRIPT = """
+import dataclasses, json, sys
+from kernels.rdq_sm90 import rdq_sm90_build
+from kernels.paged_decode_rdq import RDQ_CONFIGS
+rows = []
+for i, fmt, d, bs, group, split in json.loads(sys.argv[1]):
+    b = rdq_sm90_build(RDQ_CONFIGS[i], fmt=fmt, head_dim=d, block_size=bs, group=group, split=split)
+    rows.append(dict(dataclasses.asdict(b), index=i, split=split))
+print(json.dumps(rows))
+"""
+
+
+@pytest.fixture(scope="module")
+def sm90_builds():
+    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, json.dumps(_BUILDS)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _cfg(build: dict) -> RdqConfig:
+    return RDQ_CONFIGS[build["index"]]
+
+
+def _row_bytes(build: dict) -> int:
+    return build["head_dim"] // 2 if build["fmt"] == "int4" else build["head_dim"]
+
+
+def test_every_build_compiles_without_spills_and_fits(sm90_builds):
+    assert len(sm90_builds) == len(_BUILDS)
+    for b in sm90_builds:
+        assert b["spill_bytes"] == 0, f"register spills: {b}"
+        assert 0 < b["registers"] <= 255, b
+        ring = rdq_shared_bytes(_cfg(b), b["head_dim"], b["fmt"])
+        # The ring, plus the query's one layout change (16 rows x RB fp16 per half, reused).
+        assert ring <= b["shared_bytes"] <= ring + 16 * b["head_dim"] * 2, b
+        assert b["resident_per_sm"] >= 4, b
+
+
+def test_both_products_are_warp_mmas_counted_by_hand(sm90_builds):
+    # Per tile: q.k^T is [16, D] x [D, block_n]: D/16 k-steps x block_n/8 n-tiles; p.V is
+    # [16, block_n] x [block_n, D]: block_n/16 x D/8. INT4 splits each into two halves of the
+    # same total. At d 128, 32 tokens: 32 + 32.
+    for b in sm90_builds:
+        n, d = _cfg(b).block_n, b["head_dim"]
+        assert b["mma_sync"] == (d // 16) * (n // 8) + (n // 16) * (d // 8), b
+        assert b["mma_other"] == 0, b
+
+
+def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
+    for b in sm90_builds:
+        n, rb, stages = _cfg(b).block_n, _row_bytes(b), _cfg(b).num_stages
+        assert b["byte_loads"] == 0, b
+        # K: each lane copies rb/4 contiguous bytes per token (16-byte copies, split in 16s);
+        # V: rb/8 bytes per token. Per issue site (the prologue's stages - 1 plus the loop's).
+        k_width, v_width = min(rb // 4, 16), min(rb // 8, 16)
+        expected: dict = {}
+        expected[k_width] = expected.get(k_width, 0) + n * rb // 32 // k_width * stages
+        expected[v_width] = expected.get(v_width, 0) + n * rb // 32 // v_width * stages
+        assert {int(w): c for w, c in b["cp_async"].items()} == expected, b
+        # Nothing is written to shared memory inside the loop: K and V reach the MMAs from
+        # registers; the only shuffles there are the softmax's (max and sum over 4 lanes, rows
+        # g and g + 8: 2 x 2 x 2).
+        assert b["shared_stores_in_loop"] == 0, b
+        assert b["shfl_in_loop"] == 8, b
+        assert b["loop_sass"] > 0, b
+
+
+def test_shared_bytes_formula_by_hand():
+    # 3 stages x 32 tokens x (64 B of K + 64 B of V) at d 128 INT4; FP8 rows are 128 B.
+    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "int4") == 12_288
+    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "fp8") == 24_576
+
+
+# ---------------------------------------------------------------------------- the PTX, run on the CPU
+
+
+def _halves(x: int) -> np.ndarray:
+    return np.array([x & 0xFFFF, x >> 16], dtype=np.uint16).view(np.float16)
+
+
+def _word(h) -> int:
+    bits = np.asarray(h, dtype=np.float16).view(np.uint16).astype(np.uint32)
+    return int(bits[0]) | int(bits[1]) << 16
+
+
+def _e4m3(byte: int) -> float:
+    return float(torch.tensor([byte], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+
+
+def _run_ptx(ptx: str, inputs: dict) -> dict:
+    """Run a dequantising PTX body by the PTX manual's definitions of mov (also the b16 pair
+    split), shr.b32, prmt (default mode), lop3, sub/fma.rn .f16x2 (fp16 lanes, one rounding) and
+    cvt.rn.f16x2.e4m3x2 (low byte to the low half). Registers hold ints."""
+    regs = dict(inputs)
+    val = lambda t: int(t, 0) if t[0].isdigit() else regs[t]  # noqa: E731
+    for line in (raw.strip().rstrip(";") for raw in ptx.splitlines()):
+        if not line or line[0] in "{}" or line.startswith(".reg"):
+            continue
+        op, args = line.split(None, 1)
+        if op == "mov.b32" and args.startswith("{"):
+            names, src = args[1:].split("}")
+            lo, hi = (n.strip() for n in names.split(","))
+            word = val(src.strip(" ,"))
+            regs[lo], regs[hi] = word & 0xFFFF, word >> 16
+            continue
+        d, *src = [a.strip() for a in args.split(",")]
+        if op == "mov.b32":
+            regs[d] = val(src[0])
+        elif op == "shr.b32":
+            regs[d] = val(src[0]) >> val(src[1])
+        elif op == "prmt.b32":
+            pool, sel = val(src[0]) | val(src[1]) << 32, val(src[2])
+            regs[d] = sum(((pool >> (8 * ((sel >> (4 * i)) & 7))) & 0xFF) << (8 * i) for i in range(4))
+        elif op == "lop3.b32":
+            a, b, c, lut = (val(s) for s in src)
+            regs[d] = sum(((lut >> ((a >> i & 1) << 2 | (b >> i & 1) << 1 | (c >> i & 1))) & 1) << i for i in range(32))
+        elif op in ("sub.f16x2", "fma.rn.f16x2"):
+            x = [_halves(val(s)).astype(np.float64) for s in src]
+            exact = x[0] - x[1] if op == "sub.f16x2" else x[0] * x[1] + x[2]
+            regs[d] = _word(exact.astype(np.float16))
+        elif op == "cvt.rn.f16x2.e4m3x2":
+            h = val(src[0])
+            regs[d] = _word([_e4m3(h & 0xFF), _e4m3(h >> 8)])
+        else:
+            raise AssertionError(f"instruction the test interpreter does not know: {line}")
+    return regs
+
+
+def _words(rng, n: int) -> list[list[int]]:
+    """Byte quadruples covering every byte value at every position, shuffled."""
+    out = []
+    for first in range(0, 256, 4):
+        codes = [(first + i) % 256 for i in range(4)]
+        rng.shuffle(codes)
+        out.append(codes)
+    return out[:n] if n else out
+
+
+def _pack(codes) -> int:
+    return sum(c << (8 * i) for i, c in enumerate(codes))
+
+
+def _vals(regs: dict, names) -> list[float]:
+    return [float(x) for n in names for x in _halves(regs[n])]
+
+
+def test_int4_k_ptx_gives_codes_minus_8_in_its_element_order():
+    for codes in _words(np.random.default_rng(0), 0):
+        r = _run_ptx(INT4_K_PTX, {"$4": _pack(codes)})
+        # By hand: value m of the low (high) output is the low (high) nibble of byte
+        # INT4_K_ELEMENT_BYTE[m], minus 8.
+        assert _vals(r, ("$0", "$1")) == [(codes[b] & 15) - 8 for b in INT4_K_ELEMENT_BYTE], codes
+        assert _vals(r, ("$2", "$3")) == [(codes[b] >> 4) - 8 for b in INT4_K_ELEMENT_BYTE], codes
+
+
+def test_int4_v_ptx_pairs_two_tokens_at_each_byte():
+    rng = np.random.default_rng(1)
+    words = _words(rng, 0)
+    for a, b in zip(words, words[1:] + words[:1]):
+        r = _run_ptx(INT4_V_PTX, {"$8": _pack(a), "$9": _pack(b)})
+        # Register i (i = 0..3) holds (token a, token b) at byte i; $0..$3 low nibbles, $4..$7 high.
+        for i in range(4):
+            assert _vals(r, (f"${i}",)) == [(a[i] & 15) - 8, (b[i] & 15) - 8], (a, b, i)
+            assert _vals(r, (f"${i + 4}",)) == [(a[i] >> 4) - 8, (b[i] >> 4) - 8], (a, b, i)
+
+
+def test_fp8_ptx_converts_exactly():
+    rng = np.random.default_rng(2)
+    words = _words(rng, 0)
+    for a, b in zip(words, words[1:] + words[:1]):
+        if any(x & 0x7F == 0x7F for x in a + b):  # NaN codes: never loaded (masked slots are 0)
+            continue
+        k = _run_ptx(FP8_K_PTX, {"$2": _pack(a)})
+        assert _vals(k, ("$0", "$1")) == [_e4m3(a[i]) for i in FP8_K_ELEMENT_BYTE], a
+        v = _run_ptx(FP8_V_PTX, {"$4": _pack(a), "$5": _pack(b)})
+        for i in range(4):
+            assert _vals(v, (f"${i}",)) == [_e4m3(a[i]), _e4m3(b[i])], (a, b, i)
+
+
+# ---------------------------------------------------------------------------- the permutations
+
+
+def _owner(bases: dict, coord: tuple[int, int]) -> int:
+    """The lane that holds element ``coord`` of a one-warp linear layout (XOR of the bases)."""
+    lane_bits = bases["lane_bases"]
+    reg_bits = bases["reg_bases"]
+    for lane in range(32):
+        for reg in range(1 << len(reg_bits)):
+            x = y = 0
+            for i, (bx, by) in enumerate(reg_bits):
+                if reg >> i & 1:
+                    x, y = x ^ bx, y ^ by
+            for i, (bx, by) in enumerate(lane_bits):
+                if lane >> i & 1:
+                    x, y = x ^ bx, y ^ by
+            if (x, y) == coord:
+                return lane
+    raise AssertionError(coord)
+
+
+@pytest.mark.parametrize("row_bytes", [32, 64, 128])
+def test_k_operand_model_matches_the_direct_map_and_the_fragment_owner(row_bytes):
+    n_tok = 16
+    for element_byte in (INT4_K_ELEMENT_BYTE, FP8_K_ELEMENT_BYTE):
+        # What the conversion returns: per token, per lane slice, per word s, value m is byte
+        # 4 s + element_byte[m] of the slice; the element index is slice * rb/4 + 4 s + m.
+        conv = np.empty((n_tok, row_bytes), dtype=np.int64)
+        for n in range(n_tok):
+            for idx in range(row_bytes):
+                word, m = divmod(idx, 4)
+                conv[n, idx] = n * 1000 + 4 * word + element_byte[m]  # token and physical byte
+        # The kernel's _k_logical: reshape [N, 4, RB/16, 2, 2], permute (2, 3, 1, 4, 0), reshape [RB, N].
+        logical = conv.reshape(n_tok, 4, row_bytes // 16, 2, 2).transpose(2, 3, 1, 4, 0).reshape(row_bytes, n_tok)
+        bases = k_tile_layout_bases(n_tok, row_bytes)
+        for k in range(row_bytes):
+            for n in range(n_tok):
+                phys = k_physical_byte(k, row_bytes, element_byte)
+                assert logical[k, n] == n * 1000 + phys, (k, n)
+                # mma B fragment: lane 4 g + t holds column n = g (mod 8), rows k = 2t, 2t+1 (mod 8).
+                assert _owner(bases, (n, phys)) == 4 * (n % 8) + (k % 8) // 2, (k, n)
+        assert sorted(k_physical_byte(k, row_bytes, element_byte) for k in range(row_bytes)) == list(range(row_bytes))
+
+
+@pytest.mark.parametrize("row_bytes", [32, 64, 128])
+def test_v_operand_model_matches_the_direct_map_and_the_fragment_owner(row_bytes):
+    n_tok = 32
+    # x_q[n2, 4 w + m] (q = 0: bytes 0-1 of word w, q = 1: bytes 2-3) is token 2 n2 + (m & 1),
+    # byte 4 w + 2 q + (m >> 1): what the V conversions return for even/odd token words.
+    xs = []
+    for q in (0, 1):
+        x = np.empty((n_tok // 2, row_bytes), dtype=np.int64)
+        for n2 in range(n_tok // 2):
+            for idx in range(row_bytes):
+                w, m = divmod(idx, 4)
+                x[n2, idx] = (2 * n2 + (m & 1)) * 1000 + 4 * w + 2 * q + (m >> 1)
+        xs.append(x)
+    # The kernel's _v_logical: join, reshape [N/2, 8, RB/32, 2, 2, 2], permute (0, 4, 2, 5, 3, 1).
+    joined = np.stack(xs, axis=-1).reshape(n_tok // 2, 8, row_bytes // 32, 2, 2, 2)
+    logical = joined.transpose(0, 4, 2, 5, 3, 1).reshape(n_tok, row_bytes)
+    bases = v_tile_layout_bases(n_tok, row_bytes)
+    for tok in range(n_tok):
+        for n in range(row_bytes):
+            phys = v_physical_byte(n, row_bytes)
+            assert logical[tok, n] == tok * 1000 + phys, (tok, n)
+            # mma B fragment of p.V: lane 4 g + t holds column n = g (mod 8), rows (tokens) 2t, 2t+1 (mod 8).
+            assert _owner(bases, (tok, phys)) == 4 * (n % 8) + (tok % 8) // 2, (tok, n)
+    assert sorted(v_physical_byte(n, row_bytes) for n in range(row_bytes)) == list(range(row_bytes))
+
+
+def test_the_kernel_s_query_offset_formula_is_the_map():
+    # The kernel loads q at phys = ((k >> 1) & 3) RB/4 + 4 (k >> 4) + byte(m), m = 2 ((k >> 3) & 1)
+    # + (k & 1), byte(m) = (m >> 1) + 2 (m & 1) for INT4 and m for FP8.
+    for rb in (32, 64, 128):
+        k = np.arange(rb)
+        m = 2 * ((k >> 3) & 1) + (k & 1)
+        for element_byte, byte in ((INT4_K_ELEMENT_BYTE, (m >> 1) + 2 * (m & 1)), (FP8_K_ELEMENT_BYTE, m)):
+            phys = ((k >> 1) & 3) * (rb // 4) + 4 * (k >> 4) + byte
+            assert phys.tolist() == [k_physical_byte(int(i), rb, element_byte) for i in k]
+
+
+def test_the_kernel_s_output_column_formula_is_the_map():
+    # _store computes cols = 4 ((n & 7) WT + (n >> 5)) + 2 ((n >> 4) & 1) + ((n >> 3) & 1).
+    for rb in (32, 64, 128):
+        n = np.arange(rb)
+        cols = 4 * ((n & 7) * (rb // 32) + (n >> 5)) + 2 * ((n >> 4) & 1) + ((n >> 3) & 1)
+        assert cols.tolist() == [v_physical_byte(int(i), rb) for i in n]
+
+
+# ---------------------------------------------------------------------------- inputs
+
+
+def _case(lens, *, fmt="int4", block_size=16, hq=32, hkv=8, d=128, q_dtype=torch.bfloat16, seed=0, device="cpu"):
+    g = torch.Generator(device=device).manual_seed(seed)
+    cache = build_paged_cache(lens, block_size=block_size, n_kv_heads=hkv, head_dim=d, dtype=torch.bfloat16,
+                              device=device, shuffle=True, generator=g, spare_blocks=3, poison_unused=True)
+    q = torch.randn(len(lens), hq, d, generator=g, device=device).to(q_dtype)
+    return q, (quantize_int4(cache) if fmt == "int4" else quantize_fp8(cache))
+
+
+def _call(q, c, **kw):
+    if hasattr(c, "k"):
+        return rdq_paged_decode(q, c.k, c.v, c.block_tables, c.seq_lens, **kw)
+    return rdq_paged_decode(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, k_scale=c.k_scale,
+                            v_scale=c.v_scale, **kw)
+
+
+def _reference(q, c):
+    if hasattr(c, "k"):
+        return paged_attention_reference(q, dequantize_int4(c.k), dequantize_int4(c.v), c.block_tables, c.seq_lens)
+    ks, vs = c.k_scale.view(1, -1, 1, 1), c.v_scale.view(1, -1, 1, 1)
+    return paged_attention_reference(q, c.k_cache.float() * ks, c.v_cache.float() * vs, c.block_tables, c.seq_lens)
+
+
+@pytest.mark.parametrize(("fmt", "kwargs", "message"), [
+    ("int4", dict(d=32, hq=8, hkv=2), "head_dim must be one of \\(64, 128\\)"),
+    ("int4", dict(hq=34, hkv=1), "at most 16 .* got 34 / 1 = 34"),
+    ("fp8", dict(d=256, hq=8, hkv=2), "head_dim must be one of"),
+])
+def test_refuses_shapes_it_cannot_take(fmt, kwargs, message):
+    q, c = _case([5], fmt=fmt, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        _call(q, c)
+
+
+def test_refuses_a_foreign_config():
+    q, c = _case([5])
+    with pytest.raises(ValueError, match="config must be an RdqConfig"):
+        _call(q, c, config=object())
+    with pytest.raises(ValueError, match="block_n must be 16, 32 or 64"):
+        RdqConfig(block_n=24)
+
+
+@pytest.mark.skipif(rdq_available(), reason="checks the refusal on machines without sm_90")
+def test_refuses_without_hopper():
+    for fmt in ("int4", "fp8"):
+        q, c = _case([5], fmt=fmt)
+        with pytest.raises(ValueError, match="capability 9.x"):
+            _call(q, c)
+
+
+# ---------------------------------------------------------------------------- GPU checks
+
+_TOL = {"int4": tolerance("paged_decode", "int4").atol, "fp8": tolerance("paged_decode", "fp8 fp16 dots").atol}
+
+
+def _check(q, c, fmt, **kw):
+    out = _call(q, c, **kw)
+    assert out.shape == q.shape and out.dtype == q.dtype
+    assert torch.isfinite(out).all(), "NaN/inf reached the output (a slot past a sequence's end was read)"
+    err = (out.float() - _reference(q, c)).abs().max().item()
+    assert err <= _TOL[fmt], f"max abs error {err:.3e} against the dequantised reference > {_TOL[fmt]:.1e}"
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("fmt", ["int4", "fp8"])
+@pytest.mark.parametrize("block_size", [1, 16, 256])
+@pytest.mark.parametrize("hq,hkv", [(8, 8), (16, 4), (32, 4), (32, 2)])  # GQA 1, 4, 8, 16
+def test_matches_reference(fmt, block_size, hq, hkv):
+    q, c = _case([1, 17, 97, 1025, 20000], fmt=fmt, block_size=block_size, hq=hq, hkv=hkv, device="cuda",
+                 seed=block_size + hq)
+    _check(q, c, fmt)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("fmt", ["int4", "fp8"])
+@pytest.mark.parametrize("config", RDQ_CONFIGS, ids=lambda c: c.name.replace(" ", "_"))
+@pytest.mark.parametrize("splits", [1, 5, 66])  # 66 > tiles of the short sequences: empty splits
+def test_every_config_and_split_count(fmt, config, splits):
+    q, c = _case([1, 17, 97, 1025, 20000], fmt=fmt, block_size=16, hq=32, hkv=8, device="cuda", seed=splits)
+    _check(q, c, fmt, config=config, num_splits=splits)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("fmt", ["int4", "fp8"])
+@pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("d", [64, 128])
+def test_query_dtypes_and_head_dims(fmt, q_dtype, d):
+    q, c = _case([3, 333, 4099], fmt=fmt, block_size=32, hq=16, hkv=4, d=d, q_dtype=q_dtype, device="cuda", seed=d)
+    _check(q, c, fmt)
