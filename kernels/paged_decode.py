@@ -84,6 +84,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.decode_backends import choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, MAX_SPLITS, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
@@ -387,8 +388,15 @@ def paged_decode_attention(
     num_splits: int | None = None,
     config: DecodeConfig | None = None,
     validate: bool = True,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Decode attention of one query token per sequence over a paged KV cache.
+
+    ``backend="auto"`` runs an FP8 cache through the register-dequant warp-MMA kernel
+    (:mod:`kernels.paged_decode_rdq`) where it applies and was measured faster
+    (:func:`kernels.decode_backends.rdq_preferred`), and everything else through this module's
+    Triton kernel; ``"triton"`` always runs this module's kernel, ``"rdq"`` the other (refused
+    where it cannot run: an FP8 cache on Hopper).
 
     Parameters
     ----------
@@ -415,6 +423,8 @@ def paged_decode_attention(
         Check table entries and lengths against the pool (costs one device-to-host sync). Shapes,
         dtypes and strides are always checked (once per call signature). The benchmark validates
         once, then times with False.
+    backend : {"auto", "triton", "rdq"}
+        Which kernel runs (see above); ``config`` and ``DecodeConfig`` options imply the Triton one.
 
     Returns
     -------
@@ -426,6 +436,12 @@ def paged_decode_attention(
         For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
         lengths beyond a table or head counts that do not divide; before any launch.
     """
+    if choose_backend(backend, config is not None, lambda: rdq_preferred(q, k_cache)) == "rdq":
+        from kernels.paged_decode_rdq import rdq_paged_decode  # here: that module imports this one's merge
+
+        return rdq_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, k_scale=k_scale, v_scale=v_scale,
+                                sm_scale=sm_scale, num_splits=num_splits, config=default_rdq_config("fp8"),
+                                validate=validate)
     plan, launch_args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
                                                   v_scale, num_splits, config, validate)
     _paged_decode_kernel[plan.grid](*launch_args, **constexprs)

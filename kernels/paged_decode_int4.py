@@ -52,15 +52,11 @@ from kernels.paged_decode import (  # noqa: E402
     merges_inline,
     pdl_merge,
 )
-from kernels.paged_decode_gluon import MAX_GLUON_GROUP, gluon_decode_available  # noqa: E402
+from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.paged_decode_gluon_int4 import gluon_paged_decode_int4  # noqa: E402
+from kernels.paged_decode_rdq import rdq_paged_decode  # noqa: E402
 
-__all__ = ["paged_decode_int4", "default_int4_config", "gluon_int4_preferred", "BACKENDS"]
-
-BACKENDS = ("auto", "triton", "gluon")
-# Head dims at which the Gluon INT4 kernel was timed faster on the H200 (1.08-1.21x this kernel at
-# d 128, benchmarks/NOTES-decode.md round 12); d 64 is correct there but was not timed.
-GLUON_INT4_HEAD_DIMS = (128,)
+__all__ = ["paged_decode_int4", "default_int4_config"]
 
 
 @triton.jit
@@ -202,10 +198,11 @@ def paged_decode_int4(
 ) -> torch.Tensor:
     """Decode attention over an INT4 paged cache (arguments as ``paged_decode_attention``).
 
-    ``backend="auto"`` runs the Gluon kernel (:mod:`kernels.paged_decode_gluon_int4`) where it
-    applies and was measured faster (:func:`gluon_int4_preferred`), this module's Triton kernel
-    otherwise; ``"triton"`` always runs this module's kernel, ``"gluon"`` the Gluon one (refused
-    where it cannot run).
+    ``backend="auto"`` runs the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`)
+    where it applies and was measured faster (:func:`kernels.decode_backends.rdq_preferred`),
+    this module's Triton kernel otherwise; ``"triton"``, ``"wgmma"``
+    (:mod:`kernels.paged_decode_gluon_int4`) and ``"rdq"`` force one (the Gluon ones refuse
+    where they cannot run).
 
     Parameters
     ----------
@@ -217,8 +214,8 @@ def paged_decode_int4(
     dequant : int
         0: integer -> fp16 convert; 1 (default, 1.4-1.5x faster on the H200): the fp16 bit trick
         (see the module docstring). Triton kernel only.
-    backend : {"auto", "triton", "gluon"}
-        Which kernel runs (see above).
+    backend : {"auto", "triton", "wgmma", "rdq"}
+        Which kernel runs (see above); ``config`` and ``dequant`` imply the Triton one.
 
     Returns
     -------
@@ -226,14 +223,17 @@ def paged_decode_int4(
     """
     key = signature(q, k.data, k.scales, v.data, v.scales, block_tables, seq_lens) \
         if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else None
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     checked_once(key, lambda: check_int4_inputs(q, k, v, block_tables, seq_lens))
     if dequant not in (0, 1):
         raise ValueError(f"dequant must be 0 or 1, got {dequant!r}")
-    if backend == "gluon" or (backend == "auto" and config is None and dequant == 1 and gluon_int4_preferred(q, k)):
+    chosen = choose_backend(backend, config is not None or dequant != 1, lambda: rdq_preferred(q, k),
+                            INT4_BACKENDS)
+    if chosen == "wgmma":
         return gluon_paged_decode_int4(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
                                        validate=validate)
+    if chosen == "rdq":
+        return rdq_paged_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
+                                config=default_rdq_config("int4"), validate=validate)
     batch, n_q_heads, head_dim = q.shape
     num_blocks, n_kv_heads, block_size, _ = k.data.shape
     sm_scale = check_call_options(sm_scale, num_splits, head_dim)
@@ -276,10 +276,3 @@ def paged_decode_int4(
     if plan.split and not launch_constexprs["INLINE_MERGE"]:
         merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
-
-
-def gluon_int4_preferred(q: torch.Tensor, k: Int4Pool) -> bool:
-    """Whether ``backend="auto"`` takes the Gluon kernel for these (already checked) inputs: a
-    Hopper GPU with Gluon, a timed head dim, and at most ``MAX_GLUON_GROUP`` query heads per KV head."""
-    return (q.shape[2] in GLUON_INT4_HEAD_DIMS and q.shape[1] // k.data.shape[1] <= MAX_GLUON_GROUP
-            and gluon_decode_available())

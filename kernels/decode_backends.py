@@ -1,0 +1,72 @@
+"""Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
+they were measured with.
+
+Three kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 12 and 14, H200 CUDA-graph
+medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x context >= 256K):
+
+* the Triton kernels of :mod:`kernels.paged_decode` (FP8: 1.39x) and
+  :mod:`kernels.paged_decode_int4` (0.84x) run everywhere, the interpreter included;
+* the Gluon ``wgmma`` INT4 kernel (:mod:`kernels.paged_decode_gluon_int4`, 1.01x) on Hopper;
+* the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, INT4 1.64x, FP8 1.60x)
+  on Hopper, at every timed shape the fastest of the three.
+
+``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
+for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
+a kernel; the forced kernel refuses inputs it cannot take with a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from kernels.decode_config import FP8_DTYPE
+from kernels.int4_cache import Int4Pool
+
+__all__ = ["FP8_BACKENDS", "INT4_BACKENDS", "RDQ_TIMED_HEAD_DIMS", "choose_backend", "rdq_preferred",
+           "default_rdq_config"]
+
+FP8_BACKENDS = ("auto", "triton", "rdq")  # paged_decode_attention (rdq only for FP8 caches)
+INT4_BACKENDS = ("auto", "triton", "wgmma", "rdq")  # paged_decode_int4
+RDQ_TIMED_HEAD_DIMS = (128,)
+_RDQ_MAX_GROUP = 16  # query heads per KV head: the rdq kernel's 16 MMA rows
+
+
+def choose_backend(backend: str, triton_options: bool, preferred: Callable[[], bool],
+                   allowed: tuple[str, ...] = FP8_BACKENDS) -> str:
+    """The kernel a call runs: ``backend`` itself unless it is ``"auto"``; then ``"rdq"`` when the
+    call set no option only the Triton kernel has (``triton_options``: a ``DecodeConfig``, a
+    dequantiser) and ``preferred()`` holds, else ``"triton"``."""
+    if backend not in allowed:
+        raise ValueError(f"backend must be one of {allowed}, got {backend!r}")
+    if backend != "auto":
+        return backend
+    return "rdq" if not triton_options and preferred() else "triton"
+
+
+def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool) -> bool:
+    """Whether ``backend="auto"`` takes the rdq kernel for these (shape-checked) inputs: an FP8 or
+    INT4 cache, a timed head dim, at most 16 query heads per KV head, and a Hopper GPU with Gluon."""
+    if isinstance(k, Int4Pool):
+        n_kv_heads = k.data.shape[1]
+    elif isinstance(k, torch.Tensor) and k.dtype == FP8_DTYPE:
+        n_kv_heads = k.shape[1]
+    else:
+        return False
+    if q.shape[2] not in RDQ_TIMED_HEAD_DIMS or q.shape[1] // n_kv_heads > _RDQ_MAX_GROUP:
+        return False
+    from kernels.paged_decode_gluon import gluon_decode_available  # here: it imports the decode wrappers
+
+    return gluon_decode_available()
+
+
+def default_rdq_config(fmt: str):
+    """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): 16-token
+    tiles, 4 ring stages, the fastest at the worst large shape for both formats (INT4 1.640x,
+    FP8 1.596x; 32x3st FP8 1.585x)."""
+    from kernels.paged_decode_rdq import RdqConfig  # here: that module imports the decode wrappers
+
+    if fmt not in ("int4", "fp8"):
+        raise ValueError(f"fmt must be 'int4' or 'fp8', got {fmt!r}")
+    return RdqConfig(block_n=16, num_stages=4)

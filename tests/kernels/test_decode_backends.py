@@ -1,0 +1,91 @@
+"""Which kernel the decode wrappers run (kernels.decode_backends).
+
+CPU (CI): the rules themselves — ``auto`` keeps the Triton kernel wherever the rdq kernel cannot
+run or was not timed (no Hopper, head dim 64, more than 16 query heads per KV head, bf16 KV, a
+Triton-only option), forced backends are refused by name where they cannot run, and unknown
+names are refused. GPU (``-m gpu``, Hopper): ``auto`` returns exactly what the rdq kernel
+returns for FP8 and INT4 caches, and what the Triton kernel returns for a bf16 cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.decode_backends import FP8_BACKENDS, INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred
+from kernels.decode_config import DecodeConfig
+from kernels.int4_cache import quantize_int4
+from kernels.paged_cache import build_paged_cache, quantize_fp8
+from kernels.paged_decode import paged_decode_attention
+from kernels.paged_decode_gluon import gluon_decode_available
+from kernels.paged_decode_int4 import paged_decode_int4
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_hopper = pytest.mark.skipif(not gluon_decode_available(), reason="needs Gluon and a CUDA device of capability 9.x")
+
+
+def _cache(lens, *, hq=8, hkv=2, d=128, device=DEVICE, seed=0):
+    g = torch.Generator(device=device).manual_seed(seed)
+    c = build_paged_cache(lens, block_size=16, n_kv_heads=hkv, head_dim=d, device=device, shuffle=True, generator=g,
+                          spare_blocks=2, poison_unused=True)
+    q = torch.randn(len(lens), hq, d, generator=g, device=device).to(torch.bfloat16)
+    return q, c
+
+
+def test_auto_takes_rdq_only_when_preferred_and_no_triton_option_was_set():
+    yes, no = (lambda: True), (lambda: False)
+    assert choose_backend("auto", False, yes) == "rdq"
+    assert choose_backend("auto", False, no) == "triton"
+    assert choose_backend("auto", True, yes) == "triton"  # a DecodeConfig or dequantiser: the Triton kernel's
+    assert choose_backend("triton", False, yes) == "triton"
+    assert choose_backend("wgmma", False, no, INT4_BACKENDS) == "wgmma"
+    with pytest.raises(ValueError, match="backend must be one of"):
+        choose_backend("wgmma", False, yes, FP8_BACKENDS)  # the bf16/FP8 wrapper has no wgmma kernel
+    with pytest.raises(ValueError, match="backend must be one of"):
+        choose_backend("cudnn", False, yes)
+
+
+def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
+    q, c = _cache([40], device="cpu")
+    assert not rdq_preferred(q, c.k_cache)  # bf16 KV: the Triton kernel's
+    fp8, int4 = quantize_fp8(c), quantize_int4(c)
+    assert rdq_preferred(q, fp8.k_cache) == gluon_decode_available()
+    assert rdq_preferred(q, int4.k) == gluon_decode_available()
+    q64, c64 = _cache([40], d=64, device="cpu")
+    assert not rdq_preferred(q64, quantize_int4(c64).k)  # head dim 64: correct on the GPU, not timed
+    q32, c32 = _cache([40], hq=34, hkv=2, device="cpu")  # 17 query heads per KV head: past the 16 MMA rows
+    assert not rdq_preferred(q32, quantize_fp8(c32).k_cache)
+    assert default_rdq_config("int4").block_n == 16 and default_rdq_config("fp8").num_stages == 4
+    with pytest.raises(ValueError, match="fmt must be"):
+        default_rdq_config("int8")
+
+
+@pytest.mark.skipif(gluon_decode_available(), reason="checks the refusal where there is no Hopper GPU")
+def test_forced_rdq_is_refused_without_hopper_and_auto_still_runs():
+    q, c = _cache([5, 70], device="cpu")
+    fp8, int4 = quantize_fp8(c), quantize_int4(c)
+    with pytest.raises(ValueError, match="capability 9.x"):
+        paged_decode_attention(q, fp8.k_cache, fp8.v_cache, fp8.block_tables, fp8.seq_lens, backend="rdq")
+    with pytest.raises(ValueError, match="capability 9.x"):
+        paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="rdq")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, backend="gluon")
+    auto = paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens)
+    forced = paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="triton")
+    assert torch.equal(auto, forced)
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_auto_runs_rdq_for_quantised_caches_and_triton_for_bf16():
+    q, c = _cache([5, 4000, 999], hq=32, hkv=8, seed=3)
+    fp8, int4 = quantize_fp8(c, per_head=True), quantize_int4(c)
+    args = (fp8.k_cache, fp8.v_cache, fp8.block_tables, fp8.seq_lens)
+    kw = dict(k_scale=fp8.k_scale, v_scale=fp8.v_scale)
+    assert torch.equal(paged_decode_attention(q, *args, **kw), paged_decode_attention(q, *args, **kw, backend="rdq"))
+    assert not torch.equal(paged_decode_attention(q, *args, **kw),
+                           paged_decode_attention(q, *args, **kw, config=DecodeConfig(block_n=64)))
+    args4 = (int4.k, int4.v, int4.block_tables, int4.seq_lens)
+    assert torch.equal(paged_decode_int4(q, *args4), paged_decode_int4(q, *args4, backend="rdq"))
+    args16 = (c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
+    assert torch.equal(paged_decode_attention(q, *args16), paged_decode_attention(q, *args16, backend="triton"))
