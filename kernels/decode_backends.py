@@ -7,8 +7,8 @@ medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x co
 * the Triton kernels of :mod:`kernels.paged_decode` (FP8: 1.39x) and
   :mod:`kernels.paged_decode_int4` (0.84x) run everywhere, the interpreter included;
 * the Gluon ``wgmma`` INT4 kernel (:mod:`kernels.paged_decode_gluon_int4`, 1.01x) on Hopper;
-* the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, INT4 1.64x, FP8 1.60x)
-  on Hopper, at every timed shape the fastest of the three.
+* the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, with the query heads as
+  the MMA's N: INT4 2.11x, FP8 1.725x) on Hopper, at every timed shape the fastest of the three.
 
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
 for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
@@ -62,11 +62,12 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool) -> bool:
 
 
 def default_rdq_config(fmt: str):
-    """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): 16-token
-    tiles, 4 ring stages, the fastest at the worst large shape for both formats (INT4 1.640x,
-    FP8 1.596x; 32x3st FP8 1.585x)."""
+    """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
+    design (query heads as the MMA's N), timed fastest at the worst large shape on the H200
+    (NOTES-decode.md rounds 15-16): INT4 16-token tiles with 3 ring stages (2.11-2.12x the bf16
+    kernel; 32x3st 2.03x), FP8 32-token tiles with 3 stages (1.725x twice; 16x6st 1.69x)."""
     from kernels.paged_decode_rdq import RdqConfig  # here: that module imports the decode wrappers
 
     if fmt not in ("int4", "fp8"):
         raise ValueError(f"fmt must be 'int4' or 'fp8', got {fmt!r}")
-    return RdqConfig(block_n=16, num_stages=4)
+    return RdqConfig(block_n=16 if fmt == "int4" else 32, num_stages=3, swap_ab=True)

@@ -33,7 +33,13 @@ Here one warp is one program (one flash-decoding partition of a (KV head, sequen
   barrier), then one vector ``ld.shared`` per slice. Why not a register prefetch: a tile of codes
   carried across the loop becomes one SSA value per byte, and repacking them into words for the
   dequantising PTX cost ~300 ``PRMT`` per 32-token tile (measured on the SASS), more than the
-  dequantisation itself. The split plan and the merge are the other decode kernels'.
+  dequantisation itself. The split plan and the merge are the other decode kernels'; the merge
+  goes out as a programmatic dependent launch on Hopper (``RdqConfig.pdl``).
+* ``RdqConfig(swap_ab=True)`` transposes both products so that the query heads are the MMA's
+  N = 8 instead of its padded M = 16 (:mod:`kernels.rdq_swap`): half the ``mma.sync`` and half
+  the accumulator and query registers at GQA <= 8, the same code tiles and dequantising PTX,
+  and P^T moved into the B operand by ``movmatrix``. The Gluon pieces both designs share are in
+  :mod:`kernels.rdq_tiles`.
 
 Sources: Dao 2023 (FlashAttention-2, register reuse of P); Frantar et al. 2024 (Marlin: free
 index permutations, the ``0x6400`` trick); PTX ISA (mma fragments, ``prmt``, ``lop3``, ``cvt``).
@@ -51,29 +57,24 @@ import torch
 
 from kernels.decode_checks import check_shapes, check_strides, check_values
 from kernels.decode_config import FP8_DTYPE
-from kernels.decode_launch import (
-    DEFAULT_RESIDENT,
-    SplitPlan,
-    check_call_options,
-    checked_once,
-    fp8_scales,
-    resident_per_sm,
-    signature,
-    split_buffers,
-    split_plan,
-)
+from kernels.decode_launch import (SplitPlan, check_call_options, checked_once, fp8_scales, planned_split, signature,
+                                   split_buffers)
 from kernels.int4_cache import Int4Pool
-from kernels.paged_decode import LOG2_E, merge_splits
+from kernels.paged_decode import LOG2_E, merge_splits, pdl_merge
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
 from kernels.paged_decode_gluon_int4 import _scale_words
 from kernels.decode_checks import check_int4_inputs
 from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases
+from kernels.rdq_swap import attend_swapped, swapped_heads
 
 if _HAVE_GLUON:
     import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+
+    from kernels.rdq_tiles import (issue_codes, k_logical, load_scales, output_dims, query_dims, scale_halves,
+                                   token_pairs, v_logical)
 
 __all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
            "rdq_plan", "rdq_shared_bytes", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
@@ -88,12 +89,16 @@ class RdqConfig:
     """Launch configuration: ``block_n`` tokens per tile (a multiple of 16: one k-step of p.V),
     ``num_stages`` shared-memory ring slots of code tiles (``num_stages - 1`` tiles in flight
     ahead of the one in use), ``waves`` whole waves of resident programs the split count aims
-    at, ``maxnreg`` an optional register cap. One warp per program."""
+    at, ``maxnreg`` an optional register cap, ``swap_ab`` the swapped products (query heads as
+    the MMA's N: :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
+    programmatic dependent launch (Hopper). One warp per program."""
 
     block_n: int = 32
     num_stages: int = 3
     waves: int = 2
     maxnreg: int | None = None
+    swap_ab: bool = False
+    pdl: bool = True
 
     def __post_init__(self) -> None:
         if self.block_n not in (16, 32, 64):
@@ -104,6 +109,9 @@ class RdqConfig:
             raise ValueError(f"waves must be 1, 2 or 4, got {self.waves}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
+        for flag in ("swap_ab", "pdl"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
     @property
     def num_warps(self) -> int:
@@ -111,20 +119,33 @@ class RdqConfig:
 
     @property
     def name(self) -> str:
-        return f"rdq {self.block_n}x{self.num_stages}st w{self.waves}" + (f" r{self.maxnreg}" if self.maxnreg else "")
+        return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st w{self.waves}"
+                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl"))
 
 
-# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py); not yet timed. Compiled for
-# sm_90 (d 128, block 16, GQA 4, Triton 3.6.0 and 3.7.1 alike), INT4 / FP8 registers and programs
-# per SM: 32x3st 176 / 167 regs, 11 / 7 programs; 16x4st 163 / 145, 12 / 10; 32x4st 174 / 163,
-# 11 / 6; 64x2st 190-224 / 177-190, 9-10 / 6; no spills. FP8 at 32+ tokens is held to 6-7
-# programs by its 128-byte rows in the ring: the 16-token entries are its candidates.
+# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
+# block 16, GQA 4, Triton 3.6.0 and 3.7.1 within a few registers), INT4 / FP8 registers and
+# programs per SM: 32x3st 176 / 167 regs, 11 / 7 programs; 16x4st 163 / 145, 12 / 10; 32x4st
+# 174 / 163, 11 / 6; 64x2st 190-224 / 177-190, 9-10 / 6; no spills. FP8 at 32+ tokens is held to
+# 6-7 programs by its 128-byte rows in the ring: the 16-token entries are its candidates. The
+# rows design's 16x4st was timed fastest for both formats (1.64x / 1.60x the bf16 kernel).
+# Swapped: 16x4st 112 / 95-98 regs, 18 / 12 programs (FP8: the ring's shared memory), 28.1 /
+# 19.6 SASS per token against the rows design's 35.2 / 24.0; 16x3st 125-128 / 97-110, 16 / 15;
+# 32x3st 127 / 124-126, 16 / 8; 16x6st 125-128 / 97-110, 16 / 8. Timed on the H200
+# (benchmarks/NOTES-decode.md, rounds 15-16), worst large-shape x bf16: INT4 swap 16x3st 2.11-2.12
+# (16x4st 1.90, 32x3st 2.03, 16x6st 1.92; register caps of 80-96 lost 3-16 %), FP8 swap 32x3st
+# 1.725 twice (16x6st 1.69, 32x2st 1.68, 16x4st 1.66, 16x3st 1.65) — the defaults of
+# kernels.decode_backends.
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),
     RdqConfig(block_n=32, num_stages=4),
     RdqConfig(block_n=64, num_stages=2),
     RdqConfig(block_n=16, num_stages=3, waves=4),
+    RdqConfig(block_n=16, num_stages=4, swap_ab=True),
+    RdqConfig(block_n=16, num_stages=3, swap_ab=True),
+    RdqConfig(block_n=32, num_stages=3, swap_ab=True),
+    RdqConfig(block_n=16, num_stages=6, swap_ab=True),
 )
 
 if _HAVE_GLUON:
@@ -132,82 +153,8 @@ if _HAVE_GLUON:
     _INT4_V_ASM = gl.constexpr(INT4_V_PTX)
     _FP8_K_ASM = gl.constexpr(FP8_K_PTX)
     _FP8_V_ASM = gl.constexpr(FP8_V_PTX)
+    _EARLY_MERGE_ASM = gl.constexpr("griddepcontrol.launch_dependents; // $0")
     _ROWS = gl.constexpr(_MMA_ROWS)
-
-    @gluon.jit
-    def _k_logical(x, BLOCK_N: gl.constexpr, RB: gl.constexpr):
-        """``[BLOCK_N, RB]`` converted K values (lane ``t``'s slice, words ``s``, values ``m =
-        2h + e``) -> the ``[RB, BLOCK_N]`` B operand with ``k = 16 s + 8 h + 2 t + e``
-        (:func:`kernels.rdq_layouts.k_physical_byte`)."""
-        x = gl.reshape(x, [BLOCK_N, 4, RB // 16, 2, 2])
-        return gl.reshape(gl.permute(x, (2, 3, 1, 4, 0)), [RB, BLOCK_N])
-
-    @gluon.jit
-    def _v_logical(x0, x1, BLOCK_N: gl.constexpr, RB: gl.constexpr):
-        """Two ``[BLOCK_N / 2, RB]`` converted V halves (``x0``: bytes 0-1 of each word, ``x1``:
-        2-3; value ``m`` of a word is token ``2 n2 + (m & 1)``, byte ``m >> 1``) -> the ``[BLOCK_N,
-        RB]`` B operand with column ``n = 8 ((w0 2 + q) 2 + bb) + wg``
-        (:func:`kernels.rdq_layouts.v_physical_byte`)."""
-        x = gl.reshape(gl.join(x0, x1), [BLOCK_N // 2, 8, RB // 32, 2, 2, 2])
-        return gl.reshape(gl.permute(x, (0, 4, 2, 5, 3, 1)), [BLOCK_N, RB])
-
-    @gluon.jit
-    def _token_pairs(codes, BLOCK_N: gl.constexpr, RB: gl.constexpr):
-        """A V code tile's even and odd tokens as two ``[BLOCK_N / 2, RB]`` tiles (same lanes)."""
-        pairs = gl.permute(gl.reshape(codes, [BLOCK_N // 2, 2, RB]), (0, 2, 1))
-        return gl.split(pairs)
-
-    @gluon.jit
-    def _scale_halves(words, layout: gl.constexpr):
-        """A token's two fp16 INT4 scales from one 32-bit word (low half, high half), as fp32."""
-        lo = (words & 0xFFFF).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
-        hi = (words >> 16).to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32)
-        return lo, hi
-
-    @gluon.jit
-    def _tile_rows(table_ptr, tile_start, end, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-                   layout: gl.constexpr):
-        """``(pool block, slot in block, live)`` of each token of a tile, in a slice ``layout``.
-        Tiles are aligned to BLOCK_N, so with pages of at least BLOCK_N tokens one table entry
-        serves the whole tile (one scalar load instead of one per token)."""
-        offs_n = tile_start + gl.arange(0, BLOCK_N, layout=layout)
-        live = offs_n < end
-        if PAGE_SIZE >= BLOCK_N:
-            page = gl.load(table_ptr + tile_start // PAGE_SIZE, mask=tile_start < end, other=0)
-            pages = gl.full([BLOCK_N], 0, gl.int32, layout) + page
-        else:
-            pages = gl.load(table_ptr + offs_n // PAGE_SIZE, mask=live, other=0)
-        return pages.to(gl.int64), (offs_n % PAGE_SIZE).to(gl.int64), live
-
-    @gluon.jit
-    def _copy_codes(head_ptr, table_ptr, ring, slot, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
-                    BLOCK_N: gl.constexpr, RB: gl.constexpr, layout: gl.constexpr):
-        """Start the cp.async copies of one ``[BLOCK_N, RB]`` code tile into ring slot ``slot``,
-        each lane copying the bytes it will read in ``layout``. Rows past ``end`` are masked: the
-        copy zero-fills them and reads nothing (unwritten slots, which may hold NaN bytes, are
-        never read)."""
-        pages, slots, live = _tile_rows(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, gl.SliceLayout(1, layout))
-        cols = gl.arange(0, RB, layout=gl.SliceLayout(0, layout))
-        ptrs = head_ptr + gl.expand_dims(pages * stride_b + slots * stride_t, 1) + gl.expand_dims(cols, 0)
-        async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=gl.expand_dims(live, 1))
-
-    @gluon.jit
-    def _issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, stride_kb, stride_kt,
-                     stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, RB: gl.constexpr,
-                     k_layout: gl.constexpr, v_layout: gl.constexpr):
-        """One tile's K and V code copies as one commit group."""
-        _copy_codes(k_head_ptr, table_ptr, k_ring, slot, tile_start, end, stride_kb, stride_kt, PAGE_SIZE, BLOCK_N,
-                    RB, k_layout)
-        _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
-                    RB, v_layout)
-        async_copy.commit_group()
-
-    @gluon.jit
-    def _load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
-                     BLOCK_N: gl.constexpr, layout: gl.constexpr):
-        """The INT4 scale words of a tile's tokens (0 past ``end``), in ``layout`` (S's columns)."""
-        pages, slots, live = _tile_rows(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
-        return gl.load(head_ptr + pages * stride_b + slots * stride_t, mask=live, other=0)
 
     @gluon.jit
     def _rdq_decode_kernel(
@@ -233,19 +180,18 @@ if _HAVE_GLUON:
         BLOCK_N: gl.constexpr,  # tokens per tile
         STAGES: gl.constexpr,  # shared-memory ring slots of code tiles (STAGES - 1 tiles in flight)
         SPLIT: gl.constexpr,  # write partials + lse for the merge kernel instead of the output
+        SWAP_AB: gl.constexpr,  # heads as the MMA's N (kernels.rdq_swap) instead of its M
+        EARLY_MERGE_LAUNCH: gl.constexpr,  # let the merge kernel (a PDL dependent) start now
         k_layout: gl.constexpr,  # the K code tile's register layout (tile_layouts)
         v_layout: gl.constexpr,  # the V code tile's
         ring_layout: gl.constexpr,  # the ring's shared layout: rows as stored, unswizzled
         num_warps: gl.constexpr,
     ):
+        if EARLY_MERGE_LAUNCH:
+            # griddepcontrol.launch_dependents: the merge's own griddepcontrol.wait still waits
+            # for this whole grid to finish and flush, so where this sits is only a hint.
+            gl.inline_asm_elementwise(_EARLY_MERGE_ASM, "=r", [], dtype=gl.int32, is_pure=False, pack=1)
         RB: gl.constexpr = HEAD_DIM // 2 if INT4 else HEAD_DIM  # code bytes per token row
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
-        a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-        b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
-        q_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[2, 16],
-                                                  warps_per_cta=[1, 1], order=[1, 0])
-        col_layout: gl.constexpr = gl.SliceLayout(0, mma)
-        row_layout: gl.constexpr = gl.SliceLayout(1, mma)
 
         kv_head = gl.program_id(0)
         seq = gl.program_id(1)
@@ -267,21 +213,51 @@ if _HAVE_GLUON:
         k_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
         v_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
         for t in gl.static_range(STAGES - 1):
-            _issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, stride_kb,
-                         stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, RB, k_layout, v_layout)
+            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, stride_kb,
+                        stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, RB, k_layout, v_layout)
+
+        if SWAP_AB:
+            attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
+                           table_ptr, k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
+                           kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb,
+                           stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
+                           stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
+                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
+        else:
+            _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
+                         table_ptr, k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
+                         kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb,
+                         stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
+                         stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
+                         BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
+
+    @gluon.jit
+    def _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr, table_ptr,
+                     k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split, kv_head, start, end,
+                     n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst,
+                     stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb,
+                     stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, k_layout: gl.constexpr,
+                     v_layout: gl.constexpr):
+        """Query load, main loop and store of one program with the query heads as the MMA's rows
+        (Q the A operand, K^T and V the B operands), after the kernel has started the ring's first
+        ``STAGES - 1`` copies (arguments: the kernel's)."""
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
+        a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        b_op: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2)
+        q_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[2, 16],
+                                                  warps_per_cta=[1, 1], order=[1, 0])
+        col_layout: gl.constexpr = gl.SliceLayout(0, mma)
+        row_layout: gl.constexpr = gl.SliceLayout(1, mma)
 
         # The query in the head-dim order of the K operand (k_physical_byte), softmax scale (and
         # FP8's k_scale) folded in, rounded once to fp16; rows >= GROUP are zeros.
         offs_r = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, q_layout))
-        offs_k = gl.arange(0, RB, layout=gl.SliceLayout(0, q_layout))
-        elem = 2 * ((offs_k >> 3) & 1) + (offs_k & 1)
+        phys = query_dims(gl.arange(0, RB, layout=gl.SliceLayout(0, q_layout)), INT4, RB)
         if INT4:
-            elem_byte = (elem >> 1) + 2 * (elem & 1)  # INT4_K_ELEMENT_BYTE: bytes 0, 2, 1, 3
             q_scale = qk_scale
         else:
-            elem_byte = elem
             q_scale = qk_scale * gl.load(k_scales_ptr + kv_head)
-        phys = ((offs_k >> 1) & 3) * (RB // 4) + 4 * (offs_k >> 4) + elem_byte
         q_ptrs = (q_ptr + seq.to(gl.int64) * stride_qb + gl.expand_dims((kv_head * GROUP + offs_r) * stride_qh, 1)
                   + gl.expand_dims(phys, 0))
         q_mask = gl.expand_dims(offs_r < GROUP, 1)
@@ -301,26 +277,26 @@ if _HAVE_GLUON:
             # Refill the slot tile j-1 used, then wait until only the STAGES-1 newest copy groups
             # are in flight: tile j has landed. Each lane reads back exactly the bytes it copied
             # (copies and reads share the layouts), so no barrier is needed.
-            _issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
-                         (j + STAGES - 1) % STAGES, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
-                         RB, k_layout, v_layout)
+            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
+                        (j + STAGES - 1) % STAGES, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
+                        RB, k_layout, v_layout)
             async_copy.wait_group(STAGES - 1)
             kc = k_ring.index(j % STAGES).load(k_layout)
             vc = v_ring.index(j % STAGES).load(v_layout)
             cols = tile + gl.arange(0, BLOCK_N, layout=col_layout)
             if INT4:
-                ks_lo, ks_hi = _scale_halves(_load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,
-                                                          PAGE_SIZE, BLOCK_N, col_layout), col_layout)
-                vs_lo, vs_hi = _scale_halves(_load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst,
-                                                          PAGE_SIZE, BLOCK_N, col_layout), col_layout)
+                ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,
+                                                        PAGE_SIZE, BLOCK_N, col_layout), col_layout)
+                vs_lo, vs_hi = scale_halves(load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst,
+                                                        PAGE_SIZE, BLOCK_N, col_layout), col_layout)
                 k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc],
                                                        dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-                s_lo = mma_v2(q_lo, gl.convert_layout(_k_logical(k_lo, BLOCK_N, RB), b_op), s_zero)
-                s_hi = mma_v2(q_hi, gl.convert_layout(_k_logical(k_hi, BLOCK_N, RB), b_op), s_zero)
+                s_lo = mma_v2(q_lo, gl.convert_layout(k_logical(k_lo, BLOCK_N, RB), b_op), s_zero)
+                s_hi = mma_v2(q_hi, gl.convert_layout(k_logical(k_hi, BLOCK_N, RB), b_op), s_zero)
                 s = s_lo * gl.expand_dims(ks_lo, 0) + s_hi * gl.expand_dims(ks_hi, 0)
             else:
                 k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True, pack=4)
-                s = mma_v2(q_lo, gl.convert_layout(_k_logical(k16, BLOCK_N, RB), b_op), s_zero)
+                s = mma_v2(q_lo, gl.convert_layout(k_logical(k16, BLOCK_N, RB), b_op), s_zero)
             s = gl.where(gl.expand_dims(cols < end, 0), s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=1))
             p = gl.exp2(s - gl.expand_dims(m_new, 1))
@@ -328,20 +304,20 @@ if _HAVE_GLUON:
             alpha = gl.expand_dims(alpha_row, 1)
             l_i = l_i * alpha_row + gl.sum(p, axis=1)
             m_i = m_new
-            even, odd = _token_pairs(vc, BLOCK_N, RB)
+            even, odd = token_pairs(vc, BLOCK_N, RB)
             if INT4:
                 x0, x1, x2, x3 = gl.inline_asm_elementwise(
                     _INT4_V_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [even, odd],
                     dtype=(gl.float16, gl.float16, gl.float16, gl.float16), is_pure=True, pack=4)
                 p_lo = gl.convert_layout((p * gl.expand_dims(vs_lo, 0)).to(gl.float16), a_op)
                 p_hi = gl.convert_layout((p * gl.expand_dims(vs_hi, 0)).to(gl.float16), a_op)
-                o_lo = mma_v2(p_lo, gl.convert_layout(_v_logical(x0, x1, BLOCK_N, RB), b_op), o_lo * alpha)
-                o_hi = mma_v2(p_hi, gl.convert_layout(_v_logical(x2, x3, BLOCK_N, RB), b_op), o_hi * alpha)
+                o_lo = mma_v2(p_lo, gl.convert_layout(v_logical(x0, x1, BLOCK_N, RB), b_op), o_lo * alpha)
+                o_hi = mma_v2(p_hi, gl.convert_layout(v_logical(x2, x3, BLOCK_N, RB), b_op), o_hi * alpha)
             else:
                 x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
                                                    dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
                 p16 = gl.convert_layout(p.to(gl.float16), a_op)
-                o_lo = mma_v2(p16, gl.convert_layout(_v_logical(x0, x1, BLOCK_N, RB), b_op), o_lo * alpha)
+                o_lo = mma_v2(p16, gl.convert_layout(v_logical(x0, x1, BLOCK_N, RB), b_op), o_lo * alpha)
 
         async_copy.wait_group(0)  # no copy may still target shared memory when the program exits
         if not INT4:
@@ -362,8 +338,7 @@ if _HAVE_GLUON:
         has_tokens = l_i > 0.0
         out = acc / gl.expand_dims(gl.where(has_tokens, l_i, 1.0), 1)
         rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, mma))
-        n = gl.arange(0, RB, layout=gl.SliceLayout(0, mma))
-        cols = 4 * ((n & 7) * (RB // 32) + (n >> 5)) + 2 * ((n >> 4) & 1) + ((n >> 3) & 1)
+        cols = output_dims(gl.arange(0, RB, layout=gl.SliceLayout(0, mma)), RB)
         heads = kv_head * GROUP + rows
         row_ok = gl.expand_dims(rows < GROUP, 1)
         if SPLIT:
@@ -385,13 +360,16 @@ def tile_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
             gl.DistributedLinearLayout(**v_tile_layout_bases(block_n, rb)))
 
 
-def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool) -> dict:
+def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
+                early_merge: bool = False) -> dict:
+    """Compile-time values of one call: ``early_merge`` from :func:`kernels.paged_decode.pdl_merge`."""
     k_layout, v_layout = tile_layouts(cfg.block_n, head_dim, fmt)
+    if cfg.swap_ab:
+        swapped_heads(group)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
-                STAGES=cfg.num_stages, SPLIT=split, k_layout=k_layout, v_layout=v_layout,
+                STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab, EARLY_MERGE_LAUNCH=early_merge,
+                k_layout=k_layout, v_layout=v_layout,
                 ring_layout=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
-
-
 
 
 def _options(cfg: RdqConfig) -> dict:
@@ -514,7 +492,7 @@ def rdq_paged_decode(
                         check_call_options(sm_scale, num_splits, q.shape[2]) * LOG2_E)
     _rdq_decode_kernel[plan.grid](*args, **constexprs, **_options(cfg))
     if plan.split:
-        merge_splits(args[8], args[9], out)
+        merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
 
@@ -550,13 +528,12 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
     out = torch.empty_like(q)
     shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
-    resident = DEFAULT_RESIDENT
-    if num_splits is None:
-        trial = SplitPlan(grid=(n_kv_heads, batch, 2), num_splits=2)
-        resident = resident_per_sm((key, cfg), lambda: _rdq_decode_kernel.warmup(
+    plan, resident = planned_split(
+        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, cfg.waves,
+        lambda trial: _rdq_decode_kernel.warmup(
             *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
-            **_constexprs(cfg, **shape, split=True), **_options(cfg)))
-    plan = split_plan(batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, cfg.waves, resident)
+            **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)), **_options(cfg)))
     if plan_only:
         return plan, resident
-    return cfg, fmt, plan, out, pools, _constexprs(cfg, **shape, split=plan.split)
+    return cfg, fmt, plan, out, pools, _constexprs(cfg, **shape, split=plan.split,
+                                                   early_merge=pdl_merge(cfg, plan.split, q.device))

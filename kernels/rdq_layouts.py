@@ -29,7 +29,8 @@ importable anywhere; the kernel's layouts are built from these lists.
 from __future__ import annotations
 
 __all__ = ["k_physical_byte", "v_physical_byte", "INT4_K_ELEMENT_BYTE", "FP8_K_ELEMENT_BYTE",
-           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
+           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX",
+           "MOVMATRIX_PTX", "p_transpose_reshape"]
 
 # Which byte of a 32-bit code word the m-th value a K conversion returns comes from. INT4: the
 # nibble trick masks bytes 0 and 2 of a word (then of the word shifted right by 8: bytes 1 and
@@ -159,3 +160,21 @@ cvt.rn.f16x2.e4m3x2 $1, h1;
 cvt.rn.f16x2.e4m3x2 $2, h2;
 cvt.rn.f16x2.e4m3x2 $3, h3;
 }"""
+
+# The swapped design's P^T (kernels.rdq_swap): movmatrix transposes an 8 x 8 block of 16-bit
+# values held one row per four lanes (lane 4 r + c: row r, columns 2c and 2c+1, one register):
+# afterwards lane 4 r + c holds column r of the block, rows 2c and 2c+1. An 8-row half of a C
+# fragment is such a block, so one movmatrix per half turns S^T's tokens-by-heads fragment into
+# the tokens-as-k layout of a B operand.
+MOVMATRIX_PTX = "movmatrix.sync.aligned.m8n8.trans.b16 $0, $1;"
+
+
+def p_transpose_reshape(block_n: int, heads: int) -> tuple[list[int], tuple[int, ...]]:
+    """``(shape, permutation)`` that relabel the movmatrix output ``Y`` (``[block_n, heads]`` in
+    the C layout) as ``Z = P``, ``[block_n tokens, heads]`` in the B layout:
+    ``Z[16 i + 8 h + 2 t + e, 8 c + g] = Y[16 i + 8 h + g, 8 c + 2 t + e]``.
+
+    ``Y`` viewed as ``[i, h, g, c, t, e]`` and permuted to ``[i, h, t, e, c, g]``, then reshaped
+    back to ``[block_n, heads]``; the kernel does exactly this with ``gl.reshape``/``gl.permute``.
+    """
+    return [block_n // 16, 2, 8, heads // 8, 4, 2], (0, 1, 4, 5, 3, 2)

@@ -4,8 +4,9 @@ GPU, and read what it compiled to.
 Used by the CPU tests and the tuning notes: registers and spills from the cubin (Triton's bundled
 ``cuobjdump``), shared memory from the compiled metadata, instruction counts from the PTX (how
 many ``mma.sync``, how wide the copies and shared loads are, whether anything but the query's
-one-off layout change touches shared memory, shuffles) and from the SASS the instructions of the
-main loop's body, the issue cost of one tile.
+one-off layout change touches shared memory, shuffles, the swapped design's ``movmatrix``, the
+PDL merge's early start) and from the SASS the instructions of the main loop's body, the issue
+cost of one tile.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ def compile_rdq_for_sm90(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 1
              "v_scales_ptr": scale_type, "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "out_ptr": f"*{elem}",
              "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_splits": "i32",
              **{name: "i32" for name in _STRIDES}}
-    constexprs = _constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split)
+    # Split builds launch the merge as a PDL dependent where the config asks, as on the H200.
+    constexprs = _constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split,
+                             early_merge=split and cfg.pdl)
     if fmt == "int4":
         constexprs.update(stride_kst=1, stride_vst=1)
     else:
@@ -81,6 +84,9 @@ class RdqSm90Build:
     byte_loads: int  # ld.global/ld.shared of single bytes (none expected)
     shfl: int  # shuffles (the softmax's row max and sum across the four lanes of a row)
     shfl_in_loop: int
+    movmatrix: int  # movmatrix.trans in the PTX (the swapped design's P^T; all in the loop body)
+    movmatrix_in_loop: int
+    launch_dependents: int  # griddepcontrol.launch_dependents (the PDL merge's early start)
     loop_sass: int  # SASS instructions of the main loop's body: one tile's issue cost per warp
     loop_sass_ops: dict  # opcode -> count in that body
 
@@ -161,4 +167,7 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
         shared_stores=len(re.findall(r"\bst\.shared", ptx)), shared_stores_in_loop=len(re.findall(r"\bst\.shared", loop)),
         byte_loads=len(re.findall(r"ld\.(?:global|shared)(?:\.\w+)*\.[bsu]8\b", ptx)),
         shfl=len(re.findall(r"\bshfl\.sync", ptx)), shfl_in_loop=len(re.findall(r"\bshfl\.sync", loop)),
+        movmatrix=len(re.findall(r"\bmovmatrix\.sync", ptx)),
+        movmatrix_in_loop=len(re.findall(r"\bmovmatrix\.sync", loop)),
+        launch_dependents=len(re.findall(r"\bgriddepcontrol\.launch_dependents", ptx)),
         loop_sass=sum(ops.values()), loop_sass_ops=ops)

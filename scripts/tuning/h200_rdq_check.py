@@ -1,15 +1,20 @@
 """One GPU call: check and time the register-dequant warp-MMA decode kernel (INT4 and FP8 KV).
 
-Run on the H200 (one call checks and times everything, well under 150 s from a cold start):
+Run on the H200 (one call: the swapped design's four configs against the rows design's 16x4st,
+the swapped 16x4st running every check, the Triton bf16 kernel the only baseline; five configs
+and all four baselines took 118 s cold in the first run):
 
-    python3 -m scripts.tuning.h200_rdq_check --json $OUT/rdq.json
+    python3 -m scripts.tuning.h200_rdq_check --configs 5,1,6,7,8 --baselines "triton bf16" \
+        --budget 140 --json $OUT/rdq.json
+
+(all configs and baselines: no ``--configs``/``--baselines``, ``--budget 300``).
 
 1. Correctness: each ``RDQ_CONFIGS`` entry, both formats, on real-size pools (tails
    1/17/97/1025/20000, block sizes 1/16/256, GQA 1/4/8/16, bf16 and fp16 queries, head dim 64
    and 128, split counts from the wave rule and forced 5 and 66, shuffled tables, NaN in every
    unused slot): max abs error against the float32 paged reference on the dequantised pools,
    beside ``tolerance("paged_decode", "int4")`` / ``("paged_decode", "fp8 fp16 dots")``. The
-   first config runs every case, the others the first two (compiles dominate a cold call).
+   first config named runs every case, the others the first two (compiles dominate a cold call).
 2. Speed: CUDA-graph medians (``kernels.bench.timing.graph_ms`` over a rotation of inputs) of
    every config and format, the Triton bf16 kernel on the bf16 KV the pools were quantised
    from, the Triton INT4 and FP8 kernels and the Gluon ``wgmma`` INT4 (and FP8, where its module
@@ -282,7 +287,10 @@ def _ratios(rows: list[dict]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH")
-    p.add_argument("--configs", help="comma-separated indices into RDQ_CONFIGS (default: all)")
+    p.add_argument("--configs", help="comma-separated indices into RDQ_CONFIGS, the first running every check "
+                                     "(default: all, in order)")
+    p.add_argument("--formats", default="int4,fp8", help="comma-separated KV formats to check and time (default both)")
+    p.add_argument("--baselines", help=f"comma-separated baselines to time (default: all of {', '.join(BASELINES)})")
     p.add_argument("--budget", type=float, default=125.0, help="seconds after which rows are skipped (default 125)")
     p.add_argument("--child", choices=("check", "speed"), help=argparse.SUPPRESS)
     p.add_argument("--items", help=argparse.SUPPRESS)
@@ -298,17 +306,27 @@ def main(argv: list[str] | None = None) -> int:
     indices = list(range(len(RDQ_CONFIGS)))
     if args.configs:
         try:
-            indices = sorted({int(i) for i in args.configs.split(",")})
-            [RDQ_CONFIGS[i] for i in indices]
-        except (ValueError, IndexError):
+            indices = list(dict.fromkeys(int(i) for i in args.configs.split(",")))  # as named, once each
+            if not all(0 <= i < len(RDQ_CONFIGS) for i in indices):
+                raise ValueError
+        except ValueError:
             p.error(f"--configs: expected indices 0..{len(RDQ_CONFIGS) - 1}, got {args.configs!r}")
+    baselines = list(BASELINES)
+    if args.baselines is not None:
+        baselines = list(dict.fromkeys(b.strip() for b in args.baselines.split(",") if b.strip()))
+        if not set(baselines) <= set(BASELINES) or "triton bf16" not in baselines:
+            p.error(f"--baselines: expected names from {', '.join(BASELINES)} including 'triton bf16' (the "
+                    f"reference of every ratio), got {args.baselines!r}")
+    formats = list(dict.fromkeys(f.strip() for f in args.formats.split(",") if f.strip()))
+    if not formats or not set(formats) <= set(FORMATS):
+        p.error(f"--formats: expected names from {', '.join(FORMATS)}, got {args.formats!r}")
     if not 1 <= args.budget <= 3600:
         p.error(f"--budget must be in 1..3600 seconds, got {args.budget}")
     from kernels.bench.timing import environment
 
     t0 = time.time()
     deadline = t0 + args.budget
-    mine = [f"rdq {fmt} {i}" for fmt in FORMATS for i in indices]
+    mine = [f"rdq {fmt} {i}" for fmt in formats for i in indices]
     report: dict = {"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_rdq_check")),
                     "configs": [dict(dataclasses.asdict(RDQ_CONFIGS[i]), index=i, name=RDQ_CONFIGS[i].name)
                                 for i in indices]}
@@ -319,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
                      if c < 2 or _rdq(who)[1] == indices[0]]
         else:  # a configuration that faulted in the checks is not timed
             faulted = {r["item"][1] for r in report["check"] if r.get("crashed")}
-            items = [[s, who] for s in range(len(SHAPES)) for who in (*BASELINES, *mine) if who not in faulted]
+            items = [[s, who] for s in range(len(SHAPES)) for who in (*baselines, *mine) if who not in faulted]
         report[part] = _run_part(part, items, deadline)
         if part == "speed":
             report["summary"] = _ratios(report["speed"])

@@ -55,7 +55,8 @@ def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
     assert not rdq_preferred(q64, quantize_int4(c64).k)  # head dim 64: correct on the GPU, not timed
     q32, c32 = _cache([40], hq=34, hkv=2, device="cpu")  # 17 query heads per KV head: past the 16 MMA rows
     assert not rdq_preferred(q32, quantize_fp8(c32).k_cache)
-    assert default_rdq_config("int4").block_n == 16 and default_rdq_config("fp8").num_stages == 4
+    assert default_rdq_config("int4").swap_ab and default_rdq_config("fp8").swap_ab  # the timed defaults
+    assert (default_rdq_config("int4").block_n, default_rdq_config("fp8").block_n) == (16, 32)
     with pytest.raises(ValueError, match="fmt must be"):
         default_rdq_config("int8")
 

@@ -1,15 +1,20 @@
 """Tests of the register-dequant warp-MMA decode kernel (INT4 and FP8 KV).
 
-CPU (CI): configurations compile for sm_90 with the installed Triton's bundled ptxas (in a child
-process: the suite runs under the interpreter, whose objects Gluon cannot compile); the PTX does
-both products as ``mma.sync.m16n8k16`` (counted by hand), loads no single bytes, gathers codes
-with 8/16-byte ``cp.async`` only, stores nothing to shared memory inside the loop (the
-dequantised operands stay in registers), and ptxas spills nothing. The dequantising PTX is run
+CPU (CI): configurations of both designs (heads as the MMA's rows, and swapped: heads as its N)
+compile for sm_90 with the installed Triton's bundled ptxas (in a child process: the suite runs
+under the interpreter, whose objects Gluon cannot compile); the PTX does both products as
+``mma.sync.m16n8k16`` (counted by hand), loads no single bytes, gathers codes with 8/16-byte
+``cp.async`` only, stores nothing to shared memory and shuffles nothing but the softmax's
+reductions inside the loop (the dequantised operands and the swapped design's P^T stay in
+registers: ``movmatrix`` counted by hand), and ptxas spills nothing. The dequantising PTX is run
 instruction by instruction (an interpreter written from the PTX manual's definitions) on every
 byte value. The head-dim permutations are checked two ways: a model of which value each lane's
 registers hold, pushed through the same reshapes and permutes as the kernel, against the direct
 map of :mod:`kernels.rdq_layouts`; and the lane that loads a byte is the lane the MMA fragment
-needs it in. GPU (``-m gpu``, skipped without Hopper): results against the float32 paged reference
+needs it in, by the PTX manual's fragment tables and by Triton's own operand layouts. The swapped
+design's P^T: a model of ``movmatrix``'s fragment semantics (PTX manual) run on Triton's
+accumulator layout, relabelled as the kernel does, is a direct transpose in Triton's B layout.
+GPU (``-m gpu``, skipped without Hopper), both designs: results against the float32 paged reference
 on the dequantised pools at tails 1/17/97/1025/20000, page sizes 1/16/256, GQA 1/4/8/16, forced
 splits, shuffled tables and NaN in every slot no sequence owns.
 """
@@ -28,6 +33,7 @@ import torch
 from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, quantize_fp8
 from kernels.paged_decode_rdq import RDQ_CONFIGS, RdqConfig, rdq_available, rdq_paged_decode, rdq_shared_bytes
+from kernels.rdq_swap import swapped_heads
 from kernels.paged_reference import paged_attention_reference
 from kernels.rdq_layouts import (
     FP8_K_ELEMENT_BYTE,
@@ -38,6 +44,7 @@ from kernels.rdq_layouts import (
     INT4_V_PTX,
     k_physical_byte,
     k_tile_layout_bases,
+    p_transpose_reshape,
     v_physical_byte,
     v_tile_layout_bases,
 )
@@ -46,11 +53,15 @@ from support.paths import ROOT
 
 needs_hopper = pytest.mark.skipif(not rdq_available(), reason="needs Gluon and a CUDA device of capability 9.x")
 
+_SWAP = next(i for i, c in enumerate(RDQ_CONFIGS) if c.swap_ab)  # the first swapped config
 # (config index, format, head_dim, block_size, group, split): every config at the main INT4
-# shape, the default for FP8, both head dims, page sizes 1 and 256, GQA 1 and 16, unsplit.
+# shape, the default for FP8, both head dims, page sizes 1 and 256, GQA 1, 8 and 16, unsplit;
+# the swapped design at each of those too (GQA 16: two n-tiles).
 _BUILDS = ([(i, "int4", 128, 16, 4, True) for i in range(len(RDQ_CONFIGS))]
            + [(0, "fp8", 128, 16, 4, True), (0, "fp8", 64, 16, 8, True), (0, "int4", 64, 256, 1, True),
-              (0, "int4", 128, 1, 16, False), (1, "fp8", 128, 256, 16, False)])
+              (0, "int4", 128, 1, 16, False), (1, "fp8", 128, 256, 16, False)]
+           + [(_SWAP, "fp8", 128, 16, 4, True), (_SWAP, "fp8", 64, 16, 8, True), (_SWAP, "int4", 64, 256, 1, True),
+              (_SWAP, "int4", 128, 1, 16, False), (_SWAP, "fp8", 128, 256, 16, False)])
 
 _BUILD_SCRIPT = """
 import dataclasses, json, sys
@@ -77,6 +88,11 @@ def _cfg(build: dict) -> RdqConfig:
     return RDQ_CONFIGS[build["index"]]
 
 
+def _n_tiles(build: dict) -> int:
+    """The swapped design's n-tiles of 8 query heads (1 for GQA <= 8, 2 for 16)."""
+    return swapped_heads(build["group"]) // 8
+
+
 def _row_bytes(build: dict) -> int:
     return build["head_dim"] // 2 if build["fmt"] == "int4" else build["head_dim"]
 
@@ -93,13 +109,40 @@ def test_every_build_compiles_without_spills_and_fits(sm90_builds):
 
 
 def test_both_products_are_warp_mmas_counted_by_hand(sm90_builds):
-    # Per tile: q.k^T is [16, D] x [D, block_n]: D/16 k-steps x block_n/8 n-tiles; p.V is
-    # [16, block_n] x [block_n, D]: block_n/16 x D/8. INT4 splits each into two halves of the
-    # same total. At d 128, 32 tokens: 32 + 32.
+    # Rows design, per tile: q.k^T is [16, D] x [D, block_n]: D/16 k-steps x block_n/8 n-tiles;
+    # p.V is [16, block_n] x [block_n, D]: block_n/16 x D/8. INT4 splits each into two halves of
+    # the same total. At d 128, 32 tokens: 32 + 32.
+    # Swapped, per tile: K Q^T is [block_n, D] x [D, 8 c]: block_n/16 m-tiles x D/16 k-steps x c
+    # n-tiles; V^T P^T is [D, block_n] x [block_n, 8 c]: D/16 x block_n/16 x c. At d 128, 16
+    # tokens, GQA 4 (c = 1): 8 + 8, half the rows design's 16 + 16.
     for b in sm90_builds:
         n, d = _cfg(b).block_n, b["head_dim"]
-        assert b["mma_sync"] == (d // 16) * (n // 8) + (n // 16) * (d // 8), b
+        if _cfg(b).swap_ab:
+            assert b["mma_sync"] == 2 * (n // 16) * (d // 16) * _n_tiles(b), b
+        else:
+            assert b["mma_sync"] == (d // 16) * (n // 8) + (n // 16) * (d // 8), b
         assert b["mma_other"] == 0, b
+    main = {(b["config"], b["fmt"]): b for b in sm90_builds if b["group"] == 4 and b["head_dim"] == 128}
+    rows, swapped = RDQ_CONFIGS[1], RDQ_CONFIGS[_SWAP]  # both 16 x 4 stages
+    assert (rows.block_n, rows.num_stages) == (swapped.block_n, swapped.num_stages)
+    assert main[(swapped.name, "int4")]["mma_sync"] * 2 == main[(rows.name, "int4")]["mma_sync"]
+
+
+def test_the_swapped_design_transposes_p_with_movmatrix_only(sm90_builds):
+    # One movmatrix per 8 x 8 block of P: 2 per 16 tokens and n-tile, twice for INT4's two
+    # scaled copies of P; none in the rows design. All in the loop.
+    for b in sm90_builds:
+        n = _cfg(b).block_n
+        if _cfg(b).swap_ab:
+            expected = (n // 16) * 2 * _n_tiles(b) * (2 if b["fmt"] == "int4" else 1)
+        else:
+            expected = 0
+        assert b["movmatrix"] == b["movmatrix_in_loop"] == expected, b
+
+
+def test_split_builds_let_the_merge_start_early(sm90_builds):
+    for b in sm90_builds:
+        assert b["launch_dependents"] == (1 if b["split"] and _cfg(b).pdl else 0), b
 
 
 def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
@@ -114,10 +157,11 @@ def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
         expected[v_width] = expected.get(v_width, 0) + n * rb // 32 // v_width * stages
         assert {int(w): c for w, c in b["cp_async"].items()} == expected, b
         # Nothing is written to shared memory inside the loop: K and V reach the MMAs from
-        # registers; the only shuffles there are the softmax's (max and sum over 4 lanes, rows
-        # g and g + 8: 2 x 2 x 2).
+        # registers; the only shuffles there are the softmax's. Rows design: max and sum over 4
+        # lanes, rows g and g + 8: 2 x 2 x 2. Swapped: the max over the 8 lanes holding a head
+        # pair (3 steps x 2 heads per n-tile); the sum stays per lane until after the loop.
         assert b["shared_stores_in_loop"] == 0, b
-        assert b["shfl_in_loop"] == 8, b
+        assert b["shfl_in_loop"] == (6 * _n_tiles(b) if _cfg(b).swap_ab else 8), b
         assert b["loop_sass"] > 0, b
 
 
@@ -236,22 +280,24 @@ def test_fp8_ptx_converts_exactly():
 # ---------------------------------------------------------------------------- the permutations
 
 
+_OWNERS: dict[str, dict] = {}
+
+
 def _owner(bases: dict, coord: tuple[int, int]) -> int:
     """The lane that holds element ``coord`` of a one-warp linear layout (XOR of the bases)."""
-    lane_bits = bases["lane_bases"]
-    reg_bits = bases["reg_bases"]
-    for lane in range(32):
-        for reg in range(1 << len(reg_bits)):
-            x = y = 0
-            for i, (bx, by) in enumerate(reg_bits):
-                if reg >> i & 1:
-                    x, y = x ^ bx, y ^ by
-            for i, (bx, by) in enumerate(lane_bits):
-                if lane >> i & 1:
-                    x, y = x ^ bx, y ^ by
-            if (x, y) == coord:
-                return lane
-    raise AssertionError(coord)
+    key = repr(bases)
+    if key not in _OWNERS:
+        owners = {}
+        for lane in range(32):
+            for reg in range(1 << len(bases["reg_bases"])):
+                x = y = 0
+                for bits, base in ((reg, bases["reg_bases"]), (lane, bases["lane_bases"])):
+                    for i, (bx, by) in enumerate(base):
+                        if bits >> i & 1:
+                            x, y = x ^ bx, y ^ by
+                owners[x, y] = lane
+        _OWNERS[key] = owners
+    return _OWNERS[key][coord]
 
 
 @pytest.mark.parametrize("row_bytes", [32, 64, 128])
@@ -304,8 +350,8 @@ def test_v_operand_model_matches_the_direct_map_and_the_fragment_owner(row_bytes
 
 
 def test_the_kernel_s_query_offset_formula_is_the_map():
-    # The kernel loads q at phys = ((k >> 1) & 3) RB/4 + 4 (k >> 4) + byte(m), m = 2 ((k >> 3) & 1)
-    # + (k & 1), byte(m) = (m >> 1) + 2 (m & 1) for INT4 and m for FP8.
+    # rdq_tiles.query_dims (both designs load q there): phys = ((k >> 1) & 3) RB/4 + 4 (k >> 4)
+    # + byte(m), m = 2 ((k >> 3) & 1) + (k & 1), byte(m) = (m >> 1) + 2 (m & 1) for INT4 and m for FP8.
     for rb in (32, 64, 128):
         k = np.arange(rb)
         m = 2 * ((k >> 3) & 1) + (k & 1)
@@ -315,11 +361,122 @@ def test_the_kernel_s_query_offset_formula_is_the_map():
 
 
 def test_the_kernel_s_output_column_formula_is_the_map():
-    # _store computes cols = 4 ((n & 7) WT + (n >> 5)) + 2 ((n >> 4) & 1) + ((n >> 3) & 1).
+    # rdq_tiles.output_dims computes 4 ((n & 7) WT + (n >> 5)) + 2 ((n >> 4) & 1) + ((n >> 3) & 1).
     for rb in (32, 64, 128):
         n = np.arange(rb)
         cols = 4 * ((n & 7) * (rb // 32) + (n >> 5)) + 2 * ((n >> 4) & 1) + ((n >> 3) & 1)
         assert cols.tolist() == [v_physical_byte(int(i), rb) for i in n]
+
+
+
+def _triton_layout(operand: str, shape: tuple[int, int]) -> dict:
+    """Triton's own one-warp linear layout of the ``mma.m16n8k16`` accumulator (``"c"``) or of an
+    fp16 operand (``"a"``, ``"b"``; k_width 2) for a ``shape`` tile: ``{(lane, register): (row, col)}``."""
+    from triton._C.libtriton import gluon_ir, ir
+    from triton.experimental.gluon import language as gl
+
+    ctx = ir.context()
+    ir.load_dialects(ctx)
+    builder = gluon_ir.GluonOpBuilder(ctx)
+    mma = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
+    layout = mma if operand == "c" else gl.DotOperandLayout(operand_index="ab".index(operand), parent=mma, k_width=2)
+    ll = builder.to_linear_layout(layout._to_ir(builder), list(shape))
+    assert not ll.warp_bases and ll.shape == list(shape)
+    out = {}
+    for lane in range(32):
+        for reg in range(1 << len(ll.reg_bases)):
+            x = y = 0
+            for bits, bases in ((reg, ll.reg_bases), (lane, ll.lane_bases)):
+                for i, (bx, by) in enumerate(bases):
+                    if bits >> i & 1:
+                        x, y = x ^ bx, y ^ by
+            out[lane, reg] = (x, y)
+    assert len(set(out.values())) == shape[0] * shape[1]  # no replication: every element once
+    return out
+
+
+def _lane_of(layout: dict) -> dict:
+    return {pos: lane for (lane, _), pos in layout.items()}
+
+
+def test_triton_s_mma_layouts_are_the_ptx_fragment_tables():
+    # The fragment tables every map here is written from (PTX ISA, mma.m16n8k16 .f16, lane 4 g + t).
+    c, a, b = _triton_layout("c", (16, 8)), _triton_layout("a", (16, 16)), _triton_layout("b", (16, 8))
+    for lane in range(32):
+        g, t = divmod(lane, 4)
+        assert {pos for (ln, _), pos in c.items() if ln == lane} == {(r, 2 * t + e) for r in (g, g + 8) for e in (0, 1)}
+        assert {pos for (ln, _), pos in a.items() if ln == lane} == {
+            (r, 2 * t + e + 8 * h) for r in (g, g + 8) for h in (0, 1) for e in (0, 1)}
+        assert {pos for (ln, _), pos in b.items() if ln == lane} == {
+            (2 * t + e + 8 * h, g) for h in (0, 1) for e in (0, 1)}
+    # pack=2 of the P tile pairs registers 2w and 2w + 1: heads 2t and 2t + 1 of one token.
+    for (lane, reg), (row, col) in c.items():
+        if reg % 2 == 0:
+            assert c[lane, reg + 1] == (row, col + 1)
+
+
+def _movmatrix(words: torch.Tensor) -> torch.Tensor:
+    """``movmatrix.sync.aligned.m8n8.trans.b16`` by the PTX manual: ``words [32 lanes, 2]`` (the
+    two 16-bit halves of each lane's register). Source: lane ``4 r + c`` holds row ``r``, columns
+    ``2c, 2c + 1`` of an 8 x 8 matrix; result: lane ``4 r + c`` holds column ``r``, rows ``2c, 2c +
+    1`` of it (the transpose in the source's layout)."""
+    matrix = words.reshape(8, 4, 2).reshape(8, 8)  # [row, col]: lane 4 row + col // 2, half col % 2
+    return matrix.t().reshape(8, 4, 2).reshape(32, 2)
+
+
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+@pytest.mark.parametrize("heads", [8, 16])
+def test_movmatrix_then_the_relabelling_is_p_in_the_b_layout(block_n, heads):
+    p = torch.arange(block_n * heads, dtype=torch.int64).reshape(block_n, heads) * 7 + 3  # distinct values
+    c, b = _triton_layout("c", (block_n, heads)), _triton_layout("b", (block_n, heads))
+    n_regs = len(c) // 32
+    regs = torch.tensor([[int(p[c[lane, r]]) for r in range(n_regs)] for lane in range(32)])  # P in the C layout
+    moved = torch.cat([_movmatrix(regs[:, w:w + 2]) for w in range(0, n_regs, 2)], dim=1)  # one per register pair
+    # Gluon still calls the output Y (C layout); the kernel relabels Y as Z by reshape/permute.
+    shape, perm = p_transpose_reshape(block_n, heads)
+    z_of_y = torch.arange(block_n * heads).reshape(block_n, heads).reshape(shape).permute(perm).reshape(block_n, heads)
+    y_to_z = {divmod(int(y), heads): (i, j) for (i, j), y in np.ndenumerate(z_of_y.numpy())}
+    b_lane = _lane_of(b)
+    for lane in range(32):
+        for r in range(n_regs):
+            z = y_to_z[c[lane, r]]
+            assert b_lane[z] == lane, (lane, r, z)  # Z's layout is B's up to register order: the convert is free
+            assert int(moved[lane, r]) == int(p[z]), (lane, r, z)  # and it holds P there: a direct transpose
+    # The movmatrix model itself against a direct transpose of one 8 x 8 block.
+    block = torch.arange(64).reshape(8, 8)
+    assert torch.equal(_movmatrix(block.reshape(32, 2)).reshape(8, 8), block.t())
+
+
+@pytest.mark.parametrize(("fmt", "row_bytes"), [("int4", 32), ("int4", 64), ("fp8", 64), ("fp8", 128)])
+def test_the_code_tiles_feed_both_designs_operands_from_the_lanes_that_loaded_them(fmt, row_bytes):
+    element_byte = INT4_K_ELEMENT_BYTE if fmt == "int4" else FP8_K_ELEMENT_BYTE
+    n_tok = 32
+    k_bases, v_bases = k_tile_layout_bases(n_tok, row_bytes), v_tile_layout_bases(n_tok, row_bytes)
+    k_lanes = {(n, kk): _owner(k_bases, (n, k_physical_byte(kk, row_bytes, element_byte)))
+               for n in range(n_tok) for kk in range(row_bytes)}
+    v_lanes = {(tok, m): _owner(v_bases, (tok, v_physical_byte(m, row_bytes)))
+               for tok in range(n_tok) for m in range(row_bytes)}
+    # Rows design: K^T [k, tokens] and V [tokens, n] are B operands.
+    kt_b, v_b = _lane_of(_triton_layout("b", (row_bytes, n_tok))), _lane_of(_triton_layout("b", (n_tok, row_bytes)))
+    # Swapped: K [tokens, k] and V^T [dims, tokens] are A operands.
+    k_a, vt_a = _lane_of(_triton_layout("a", (n_tok, row_bytes))), _lane_of(_triton_layout("a", (row_bytes, n_tok)))
+    for (n, kk), lane in k_lanes.items():
+        assert kt_b[kk, n] == lane and k_a[n, kk] == lane, (n, kk)
+    for (tok, m), lane in v_lanes.items():
+        assert v_b[tok, m] == lane and vt_a[m, tok] == lane, (tok, m)
+
+
+def test_swapped_heads_and_config_names():
+    assert [swapped_heads(g) for g in (1, 4, 8, 9, 16)] == [8, 8, 8, 16, 16]
+    with pytest.raises(ValueError, match="1 to 16 query heads"):
+        swapped_heads(17)
+    assert RdqConfig(block_n=16, num_stages=4, swap_ab=True).name == "rdq swap 16x4st w2"
+    assert RdqConfig(block_n=16, num_stages=4).name == "rdq 16x4st w2"
+    assert RdqConfig(pdl=False).name == "rdq 32x3st w2 nopdl"
+    with pytest.raises(ValueError, match="swap_ab must be a bool"):
+        RdqConfig(swap_ab=1)
+    names = [c.name for c in RDQ_CONFIGS]
+    assert len(set(names)) == len(names)
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -387,15 +544,21 @@ def _check(q, c, fmt, **kw):
     assert err <= _TOL[fmt], f"max abs error {err:.3e} against the dequantised reference > {_TOL[fmt]:.1e}"
 
 
+def _design(swap: bool) -> RdqConfig | None:
+    """The default config (rows design) or the first swapped one."""
+    return RDQ_CONFIGS[_SWAP] if swap else None
+
+
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("swap", [False, True], ids=["rows", "swap"])
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])
 @pytest.mark.parametrize("block_size", [1, 16, 256])
 @pytest.mark.parametrize("hq,hkv", [(8, 8), (16, 4), (32, 4), (32, 2)])  # GQA 1, 4, 8, 16
-def test_matches_reference(fmt, block_size, hq, hkv):
+def test_matches_reference(fmt, block_size, hq, hkv, swap):
     q, c = _case([1, 17, 97, 1025, 20000], fmt=fmt, block_size=block_size, hq=hq, hkv=hkv, device="cuda",
                  seed=block_size + hq)
-    _check(q, c, fmt)
+    _check(q, c, fmt, config=_design(swap))
 
 
 @pytest.mark.gpu
@@ -410,9 +573,10 @@ def test_every_config_and_split_count(fmt, config, splits):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("swap", [False, True], ids=["rows", "swap"])
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])
 @pytest.mark.parametrize("q_dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("d", [64, 128])
-def test_query_dtypes_and_head_dims(fmt, q_dtype, d):
+def test_query_dtypes_and_head_dims(fmt, q_dtype, d, swap):
     q, c = _case([3, 333, 4099], fmt=fmt, block_size=32, hq=16, hkv=4, d=d, q_dtype=q_dtype, device="cuda", seed=d)
-    _check(q, c, fmt)
+    _check(q, c, fmt, config=_design(swap))
