@@ -31,14 +31,17 @@ TARGET_LIMITS: dict[str, str] = {
         "(one program reads 66 partials in series: 0.87x of cuDNN), and other split counts and a "
         "PDL merge were tried: 0.93-0.95x of cuDNN.",
     "decode_fp8_vs_bf16":
-        "The e4m3 values of V are converted to fp16 for the p.V MMA after a byte-wise load from shared "
-        "memory into the operand layout, so halving the bytes does not halve the time; an FP8 p.V MMA "
-        "lost accuracy, and V pages stored head-dim-major (no byte loads) were slower still.",
+        "On Hopper FP8 runs the register-dequant warp-MMA kernel (e4m3 converted in registers straight "
+        "into 16x8 MMA operands, query heads as the MMA's N, query in fp16); below the target it is "
+        "held by its instructions per token and by its ring's 128-byte rows, which leave 8 programs "
+        "per SM. Elsewhere the Triton kernel runs, whose byte-wise V loads into the MMA layout keep "
+        "it near 1.4x.",
     "decode_int4_vs_bf16":
-        "Every 4-bit value is unpacked in registers and moved between layouts for the MMA (240 "
-        "registers a thread, two programs per SM), so the kernel processes elements at about the bf16 "
-        "kernel's rate; head-dim-major V codes were slower, and dequantising in the MMA operand layout "
-        "(Marlin's scheme) is not expressible in Triton 3.6.",
+        "On Hopper INT4 runs the register-dequant warp-MMA kernel (codes dequantised in registers into "
+        "16x8 MMA operands); it moves about half of HBM's bandwidth because it is instruction-bound, "
+        "~28 instructions per token for copies, addresses, dequantisation and the softmax, and more "
+        "warps per SM (register caps) were slower. Elsewhere the Triton kernel (0.84x) runs, which "
+        "unpacks every value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path for "
         "the split kernel and its merge (the merge goes out early as a PDL dependent on Hopper); it "
