@@ -40,7 +40,7 @@ CONTENDER_STYLE = {
     "SDPA EFFICIENT (contiguous)": ("#17becf", "cross"),
     "naive softmax(QKᵀ)V": ("#7f7f7f", "triangle-down"),
     "Triton tiled forward": ("#1f77b4", "circle"),
-    "Triton tiled forward, triton.language kernel": ("#aec7e8", "circle-open"),
+    "Triton tiled forward, triton.language kernel": ("#aec7e8", "pentagon"),
     "Triton chunked prefill, one launch": ("#1f77b4", "circle"),
     "Triton chunked prefill, chunks and rows in two launches": ("#ff7f0e", "diamond"),
 }

@@ -62,3 +62,15 @@ def test_axes_are_titled_and_legends_clear_the_axis_titles(script, query):
             assert -legend["y"] * plot_px >= CLEARANCE_PX, f"{name}: legend {-legend['y'] * plot_px:.0f} px below"
         options = config["toImageButtonOptions"]
         assert options["format"] == "png" and re.fullmatch(r"[a-z0-9_]+", options["filename"])
+
+
+def test_every_contender_marker_is_a_plotly_symbol_plain_and_open():
+    """The roofline draws each contender's marker with "-open" appended; both names must be ones
+    plotly accepts (a style that was already "-open" crashed the kernels page's roofline)."""
+    import plotly.graph_objects as go
+
+    from ui.kernel_charts import CONTENDER_STYLE
+
+    for contender, (_, symbol) in CONTENDER_STYLE.items():
+        for name in (symbol, f"{symbol}-open"):
+            go.scatter.Marker(symbol=name)  # raises ValueError on a name plotly does not know
