@@ -8,7 +8,7 @@ medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x co
   :mod:`kernels.paged_decode_int4` (0.84x) run everywhere, the interpreter included;
 * the Gluon ``wgmma`` INT4 kernel (:mod:`kernels.paged_decode_gluon_int4`, 1.01x) on Hopper;
 * the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, with the query heads as
-  the MMA's N: INT4 2.11x, FP8 1.725x) on Hopper, at every timed shape the fastest of the three.
+  the MMA's N: INT4 2.28x, FP8 1.73x) on Hopper, at every timed shape the fastest of the three.
 
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
 for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
@@ -64,8 +64,8 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool) -> bool:
 def default_rdq_config(fmt: str):
     """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
     design (query heads as the MMA's N), timed fastest at the worst large shape on the H200
-    (NOTES-decode.md rounds 15-16): INT4 16-token tiles with 3 ring stages (2.11-2.12x the bf16
-    kernel; 32x3st 2.03x), FP8 32-token tiles with 3 stages (1.725x twice; 16x6st 1.69x)."""
+    (NOTES-decode.md rounds 15-17): INT4 16-token tiles with 3 ring stages (2.28x the bf16 kernel;
+    16x4st 2.23x), FP8 32-token tiles with 3 stages (1.73x; 16x6st 1.72x)."""
     from kernels.paged_decode_rdq import RdqConfig  # here: that module imports the decode wrappers
 
     if fmt not in ("int4", "fp8"):

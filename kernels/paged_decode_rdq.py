@@ -73,8 +73,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (issue_codes, k_logical, load_scales, output_dims, query_dims, scale_halves,
-                                   token_pairs, v_logical)
+    from kernels.rdq_tiles import (code_offsets, issue_codes, k_logical, load_scales, output_dims, query_dims,
+                                   scale_halves, token_pairs, v_logical)
 
 __all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
            "rdq_plan", "rdq_shared_bytes", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
@@ -135,7 +135,8 @@ class RdqConfig:
 # (benchmarks/NOTES-decode.md, rounds 15-16), worst large-shape x bf16: INT4 swap 16x3st 2.11-2.12
 # (16x4st 1.90, 32x3st 2.03, 16x6st 1.92; register caps of 80-96 lost 3-16 %), FP8 swap 32x3st
 # 1.725 twice (16x6st 1.69, 32x2st 1.68, 16x4st 1.66, 16x3st 1.65) — the defaults of
-# kernels.decode_backends.
+# kernels.decode_backends. With the per-tile scalar addressing and the skipped rescale (round 17):
+# INT4 swap 16x3st 2.277 (16x4st 2.234, 16x6st 2.017), FP8 swap 32x3st 1.731 (16x6st 1.717).
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),
@@ -212,33 +213,38 @@ if _HAVE_GLUON:
         # The ring of code tiles fills first: its copies are in flight while the query is loaded.
         k_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
         v_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
+        # Per-lane offsets within a tile's page slots, computed once: the loop adds them to one
+        # scalar base per tile.
+        k_offs = code_offsets(stride_kt, PAGE_SIZE, BLOCK_N, RB, k_layout)
+        v_offs = code_offsets(stride_vt, PAGE_SIZE, BLOCK_N, RB, v_layout)
         for t in gl.static_range(STAGES - 1):
-            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, stride_kb,
-                        stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, RB, k_layout, v_layout)
+            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
+                        v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
+                        v_layout)
 
         if SWAP_AB:
             attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
-                           table_ptr, k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
-                           kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb,
-                           stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
+                           table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                           seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
+                           stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                            stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
                            BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
         else:
             _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
-                         table_ptr, k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
-                         kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb,
-                         stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
+                         table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+                         seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
+                         stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                          stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
                          BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
 
     @gluon.jit
     def _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr, table_ptr,
-                     k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split, kv_head, start, end,
-                     n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst,
-                     stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb,
-                     stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                     BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, k_layout: gl.constexpr,
-                     v_layout: gl.constexpr):
+                     k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split, kv_head,
+                     start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb,
+                     stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh, stride_pos,
+                     stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr, PAGE_SIZE:
+                     gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, k_layout:
+                     gl.constexpr, v_layout: gl.constexpr):
         """Query load, main loop and store of one program with the query heads as the MMA's rows
         (Q the A operand, K^T and V the B operands), after the kernel has started the ring's first
         ``STAGES - 1`` copies (arguments: the kernel's)."""
@@ -272,17 +278,20 @@ if _HAVE_GLUON:
         o_lo = gl.zeros([_ROWS, RB], gl.float32, mma)
         o_hi = gl.zeros([_ROWS, RB], gl.float32, mma)
         s_zero = gl.zeros([_ROWS, BLOCK_N], gl.float32, mma)
+        slot = 0  # ring slot of tile j: j % STAGES, counted rather than divided
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
             # Refill the slot tile j-1 used, then wait until only the STAGES-1 newest copy groups
             # are in flight: tile j has landed. Each lane reads back exactly the bytes it copied
             # (copies and reads share the layouts), so no barrier is needed.
+            refill = gl.where(slot == 0, STAGES - 1, slot - 1)
             issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
-                        (j + STAGES - 1) % STAGES, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
-                        RB, k_layout, v_layout)
+                        refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
+                        k_layout, v_layout)
             async_copy.wait_group(STAGES - 1)
-            kc = k_ring.index(j % STAGES).load(k_layout)
-            vc = v_ring.index(j % STAGES).load(v_layout)
+            kc = k_ring.index(slot).load(k_layout)
+            vc = v_ring.index(slot).load(v_layout)
+            slot = gl.where(slot == STAGES - 1, 0, slot + 1)
             cols = tile + gl.arange(0, BLOCK_N, layout=col_layout)
             if INT4:
                 ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,

@@ -89,6 +89,9 @@ class RdqSm90Build:
     launch_dependents: int  # griddepcontrol.launch_dependents (the PDL merge's early start)
     loop_sass: int  # SASS instructions of the main loop's body: one tile's issue cost per warp
     loop_sass_ops: dict  # opcode -> count in that body
+    loop_sass_skippable: int  # of those, instructions that conditional forward branches jump over
+    # (the swapped design's rescale, skipped while no head's running max grows): loop_sass minus
+    # this is the common tile's issue cost
 
 
 def _loop_body(ptx: str) -> str:
@@ -110,20 +113,26 @@ def _widths(matches) -> dict:
     return counts
 
 
-def _sass_loop(sass: str) -> dict:
-    """Opcode counts of the longest backward-branching SASS range (the main loop)."""
+def _sass_loop(sass: str) -> tuple[dict, int]:
+    """Opcode counts of the longest backward-branching SASS range (the main loop), and how many of
+    its instructions lie between a predicated forward branch inside it and that branch's target."""
     instrs = [(int(a, 16), body) for a, body in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    loops = [(int(m.group(1), 16), addr) for addr, body in instrs
-             for m in [re.search(r"\bBRA\b.*?0x([0-9a-f]+)", body)] if m and int(m.group(1), 16) < addr]
+    branches = [(addr, int(m.group(1), 16), body.startswith("@")) for addr, body in instrs
+                for m in [re.search(r"\bBRA\b.*?0x([0-9a-f]+)", body)] if m]
+    loops = [(target, addr) for addr, target, _ in branches if target < addr]
     if not loops:
-        return {}
+        return {}, 0
     first, last = max(loops, key=lambda r: r[1] - r[0])
+    skips = [(addr, target) for addr, target, predicated in branches
+             if predicated and first <= addr < target <= last]
     ops: dict = {}
+    skippable = 0
     for addr, body in instrs:
         if first <= addr <= last:
             op = re.sub(r"^@!?U?P\w+\s+", "", body).split()[0].split(".")[0]
             ops[op] = ops.get(op, 0) + 1
-    return ops
+            skippable += any(branch < addr < target for branch, target in skips)
+    return ops, skippable
 
 
 def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, block_size: int = 16,
@@ -149,7 +158,7 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
                               capture_output=True, text=True, check=True, timeout=120).stdout
     loop = _loop_body(ptx)
     mma = re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(\w+)\.(\w+)\.(\w+)\.(\w+)", ptx)
-    ops = _sass_loop(sass)
+    ops, skippable = _sass_loop(sass)
     shared = int(kernel.metadata.shared)
     return RdqSm90Build(
         config=cfg.name, fmt=fmt, head_dim=head_dim, block_size=block_size, group=group, registers=registers,
@@ -170,4 +179,5 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
         movmatrix=len(re.findall(r"\bmovmatrix\.sync", ptx)),
         movmatrix_in_loop=len(re.findall(r"\bmovmatrix\.sync", loop)),
         launch_dependents=len(re.findall(r"\bgriddepcontrol\.launch_dependents", ptx)),
-        loop_sass=sum(ops.values()), loop_sass_ops=ops)
+        loop_sass=sum(ops.values()), loop_sass_ops=ops,
+        loop_sass_skippable=skippable)

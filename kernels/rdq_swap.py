@@ -102,13 +102,13 @@ if _HAVE_GLUON:
             gl.store(o, out.to(out_ptr.dtype.element_ty), mask=col_ok)
 
     @gluon.jit
-    def attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
-                       table_ptr, k_ring, v_ring, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split, kv_head,
-                       start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
+    def attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr, table_ptr,
+                       k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
+                       kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
-                       stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr,
-                       RB: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                       SPLIT: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+                       stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
+                       PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
+                       k_layout: gl.constexpr, v_layout: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's)."""
         HEADS: gl.constexpr = 8 if GROUP <= 8 else 16
@@ -141,16 +141,19 @@ if _HAVE_GLUON:
         o_lo = gl.zeros([RB, HEADS], gl.float32, mma)
         o_hi = gl.zeros([RB, HEADS], gl.float32, mma)
         s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
+        rows = gl.arange(0, BLOCK_N, layout=token_layout)
+        slot = 0  # ring slot of tile j (j % STAGES)
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
             # The ring as in the row design: refill the slot tile j-1 used, wait for tile j.
+            refill = gl.where(slot == 0, STAGES - 1, slot - 1)
             issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
-                        (j + STAGES - 1) % STAGES, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
-                        RB, k_layout, v_layout)
+                        refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
+                        k_layout, v_layout)
             async_copy.wait_group(STAGES - 1)
-            kc = k_ring.index(j % STAGES).load(k_layout)
-            vc = v_ring.index(j % STAGES).load(v_layout)
-            rows = tile + gl.arange(0, BLOCK_N, layout=token_layout)
+            kc = k_ring.index(slot).load(k_layout)
+            vc = v_ring.index(slot).load(v_layout)
+            slot = gl.where(slot == STAGES - 1, 0, slot + 1)
             if INT4:
                 ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,
                                                         PAGE_SIZE, BLOCK_N, token_layout), token_layout)
@@ -166,11 +169,18 @@ if _HAVE_GLUON:
             else:
                 k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True, pack=4)
                 s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo, s_zero)
-            s = gl.where(gl.expand_dims(rows < end, 1), s, float("-inf"))
+            s = gl.where(gl.expand_dims(rows < end - tile, 1), s, float("-inf"))
             m_new = gl.maximum(m_i, gl.max(s, axis=0))
             p = gl.exp2(s - gl.expand_dims(m_new, 0))
-            alpha = gl.expand_dims(gl.exp2(m_i - m_new), 0)
-            l_acc = l_acc * alpha + p
+            # Rescale only when some head's running max grew (a warp-uniform branch): otherwise
+            # alpha is exactly 1. Past the first tiles of a long sequence that is rare, and the
+            # rescale is the O^T accumulators' whole size in FMULs.
+            if gl.max(m_new - m_i, axis=0) > 0.0:
+                alpha = gl.expand_dims(gl.exp2(m_i - m_new), 0)
+                l_acc = l_acc * alpha
+                o_lo = o_lo * alpha
+                o_hi = o_hi * alpha
+            l_acc = l_acc + p
             m_i = m_new
             even, odd = token_pairs(vc, BLOCK_N, RB)
             if INT4:
@@ -179,15 +189,13 @@ if _HAVE_GLUON:
                     dtype=(gl.float16, gl.float16, gl.float16, gl.float16), is_pure=True, pack=4)
                 pt_lo = _p_operand(p * gl.expand_dims(vs_lo, 1), BLOCK_N, HEADS, b_op)
                 pt_hi = _p_operand(p * gl.expand_dims(vs_hi, 1), BLOCK_N, HEADS, b_op)
-                o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op), pt_lo,
-                              o_lo * alpha)
-                o_hi = mma_v2(gl.convert_layout(gl.permute(v_logical(x2, x3, BLOCK_N, RB), (1, 0)), a_op), pt_hi,
-                              o_hi * alpha)
+                o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op), pt_lo, o_lo)
+                o_hi = mma_v2(gl.convert_layout(gl.permute(v_logical(x2, x3, BLOCK_N, RB), (1, 0)), a_op), pt_hi, o_hi)
             else:
                 x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
                                                    dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
                 o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op),
-                              _p_operand(p, BLOCK_N, HEADS, b_op), o_lo * alpha)
+                              _p_operand(p, BLOCK_N, HEADS, b_op), o_lo)
 
         async_copy.wait_group(0)  # no copy may still target shared memory when the program exits
         l_i = gl.sum(l_acc, axis=0)

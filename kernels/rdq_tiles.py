@@ -16,8 +16,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "load_scales", "query_dims",
-           "output_dims"]
+__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "load_scales", "code_offsets",
+           "tile_page", "query_dims", "output_dims"]
 
 if _HAVE_GLUON:
     @gluon.jit
@@ -51,49 +51,92 @@ if _HAVE_GLUON:
         return lo, hi
 
     @gluon.jit
-    def _tile_rows(table_ptr, tile_start, end, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-                   layout: gl.constexpr):
-        """``(pool block, slot in block, live)`` of each token of a tile, in a slice ``layout``.
-        Tiles are aligned to BLOCK_N, so with pages of at least BLOCK_N tokens one table entry
-        serves the whole tile (one scalar load instead of one per token)."""
-        offs_n = tile_start + gl.arange(0, BLOCK_N, layout=layout)
-        live = offs_n < end
-        if PAGE_SIZE >= BLOCK_N:
-            page = gl.load(table_ptr + tile_start // PAGE_SIZE, mask=tile_start < end, other=0)
-            pages = gl.full([BLOCK_N], 0, gl.int32, layout) + page
-        else:
-            pages = gl.load(table_ptr + offs_n // PAGE_SIZE, mask=live, other=0)
-        return pages.to(gl.int64), (offs_n % PAGE_SIZE).to(gl.int64), live
+    def code_offsets(stride_t, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, RB: gl.constexpr,
+                     layout: gl.constexpr):
+        """Loop-invariant int32 offsets (bytes) of a ``[BLOCK_N, RB]`` code tile's elements from the
+        start of its first token's page slot, in ``layout``: ``(row % PAGE_SIZE) stride_t + col``.
+        Tiles start at multiples of BLOCK_N, so row ``r`` of a tile is slot ``slot0 + r`` of one
+        page (pages of at least BLOCK_N tokens) or slot ``r % PAGE_SIZE`` of its own page."""
+        rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, RB, layout=gl.SliceLayout(0, layout))
+        return gl.expand_dims((rows % PAGE_SIZE) * stride_t, 1) + gl.expand_dims(cols, 0)
 
     @gluon.jit
-    def _copy_codes(head_ptr, table_ptr, ring, slot, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
-                    BLOCK_N: gl.constexpr, RB: gl.constexpr, layout: gl.constexpr):
-        """Start the cp.async copies of one ``[BLOCK_N, RB]`` code tile into ring slot ``slot``,
-        each lane copying the bytes it will read in ``layout``. Rows past ``end`` are masked: the
-        copy zero-fills them and reads nothing (unwritten slots, which may hold NaN bytes, are
-        never read)."""
-        pages, slots, live = _tile_rows(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, gl.SliceLayout(1, layout))
-        cols = gl.arange(0, RB, layout=gl.SliceLayout(0, layout))
-        ptrs = head_ptr + gl.expand_dims(pages * stride_b + slots * stride_t, 1) + gl.expand_dims(cols, 0)
+    def tile_page(table_ptr, tile_start, end, PAGE_SIZE: gl.constexpr):
+        """Pool block of a tile's first token as one scalar load (0 for a tile past ``end``: a
+        real block, so copies from it stay in bounds; nothing of such a tile is read)."""
+        return gl.load(table_ptr + tile_start // PAGE_SIZE, mask=tile_start < end, other=0)
+
+    @gluon.jit
+    def _row_pages(table_ptr, tile_start, end, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                   layout: gl.constexpr):
+        """Pool block of each token of a tile (pages shorter than a tile), 0 past ``end``."""
+        offs_n = tile_start + gl.arange(0, BLOCK_N, layout=layout)
+        return gl.load(table_ptr + offs_n // PAGE_SIZE, mask=offs_n < end, other=0).to(gl.int64)
+
+    @gluon.jit
+    def _copy_codes(head_ptr, table_ptr, ring, slot, tile_start, end, page, offs, stride_b, stride_t,
+                    PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, ROW_MASK: gl.constexpr, layout: gl.constexpr):
+        """Start the cp.async copies of one ``[BLOCK_N, RB]`` code tile into ring slot ``slot``, each
+        lane copying the bytes it will read in ``layout``.
+
+        Pages of at least a tile: the tile's base ``page stride_b + slot0 stride_t`` is one scalar
+        64-bit value and lanes add their int32 ``offs``. Rows past ``end`` then lie in the same
+        (allocated) page; with ``ROW_MASK`` off they are copied as they are (their scores are
+        masked to -inf and their P is exactly 0, so only finite codes may be copied unmasked:
+        INT4 codes, FP8 K, whose NaN scores the mask replaces), with it on they are zero-filled
+        (FP8 V: e4m3 NaN bytes times p = 0 would still be NaN). A tile past ``end`` copies
+        nothing. Shorter pages: one table entry per row, rows past ``end`` masked."""
+        rows = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, layout))
+        if PAGE_SIZE >= BLOCK_N:
+            base = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t)
+            ptrs = base + offs
+            if ROW_MASK:
+                live = rows < end - tile_start
+            else:
+                live = rows * 0 + tile_start < end
+        else:
+            pages = _row_pages(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, gl.SliceLayout(1, layout))
+            if BLOCK_N <= 32:
+                ptrs = head_ptr + gl.expand_dims(pages * stride_b, 1) + offs
+            else:
+                # Recomputed from tile_start, so not held across the loop: the hoisted offsets of
+                # a 64-token tile spill (rows design, INT4 64x2st, block 16).
+                cols = gl.arange(0, offs.shape[1], layout=gl.SliceLayout(0, layout))
+                slots = gl.expand_dims(((tile_start + rows) % PAGE_SIZE) * stride_t, 1) + gl.expand_dims(cols, 0)
+                ptrs = head_ptr + gl.expand_dims(pages * stride_b, 1) + slots
+            live = rows < end - tile_start
         async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=gl.expand_dims(live, 1))
 
     @gluon.jit
-    def issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, stride_kb, stride_kt,
-                     stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, RB: gl.constexpr,
-                     k_layout: gl.constexpr, v_layout: gl.constexpr):
-        """One tile's K and V code copies as one commit group."""
-        _copy_codes(k_head_ptr, table_ptr, k_ring, slot, tile_start, end, stride_kb, stride_kt, PAGE_SIZE, BLOCK_N,
-                    RB, k_layout)
-        _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
-                    RB, v_layout)
+    def issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, k_offs, v_offs,
+                    stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                    INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+        """One tile's K and V code copies as one commit group (``k_offs``/``v_offs``:
+        :func:`code_offsets`); one table load for both with pages of at least a tile."""
+        page = 0
+        if PAGE_SIZE >= BLOCK_N:
+            page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
+        _copy_codes(k_head_ptr, table_ptr, k_ring, slot, tile_start, end, page, k_offs, stride_kb, stride_kt,
+                    PAGE_SIZE, BLOCK_N, False, k_layout)
+        _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, page, v_offs, stride_vb, stride_vt,
+                    PAGE_SIZE, BLOCK_N, not INT4, v_layout)
         async_copy.commit_group()
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
-                     BLOCK_N: gl.constexpr, layout: gl.constexpr):
+                    BLOCK_N: gl.constexpr, layout: gl.constexpr):
         """The INT4 scale words of a tile's tokens (0 past ``end``), in ``layout`` (S's columns)."""
-        pages, slots, live = _tile_rows(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
-        return gl.load(head_ptr + pages * stride_b + slots * stride_t, mask=live, other=0)
+        rows = gl.arange(0, BLOCK_N, layout=layout)
+        live = rows < end - tile_start
+        if PAGE_SIZE >= BLOCK_N:
+            page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
+            base = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t)
+            ptrs = base + rows * stride_t
+        else:
+            pages = _row_pages(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
+            ptrs = head_ptr + pages * stride_b + (rows % PAGE_SIZE) * stride_t
+        return gl.load(ptrs, mask=live, other=0)
 
     @gluon.jit
     def query_dims(k, INT4: gl.constexpr, RB: gl.constexpr):
