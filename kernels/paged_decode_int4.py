@@ -47,9 +47,9 @@ from kernels.paged_decode import (  # noqa: E402
     _split_range,
     _write_output,
     inline_counters,
+    choose_merge_plan,
     merge_constexprs,
     merge_splits,
-    merges_inline,
     pdl_merge,
 )
 from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
@@ -243,10 +243,10 @@ def paged_decode_int4(
     group = n_q_heads // n_kv_heads
     out = torch.empty_like(q)
 
-    def args(plan: SplitPlan) -> tuple:
+    def args(plan: SplitPlan, inline: bool) -> tuple:
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
         return (q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
-                out, part_out, part_lse, inline_counters(config, plan, out),
+                out, part_out, part_lse, inline_counters(inline, plan, out),
                 sm_scale * LOG2_E, plan.num_splits,
                 q.stride(0), q.stride(1),
                 k.data.stride(0), k.data.stride(1), k.data.stride(2),
@@ -256,8 +256,7 @@ def paged_decode_int4(
                 block_tables.stride(0), out.stride(0), out.stride(1),
                 *part_strides)
 
-    def constexprs(plan: SplitPlan) -> dict:
-        inline = merges_inline(config, plan.num_splits)
+    def constexprs(plan: SplitPlan, inline: bool) -> dict:
         return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
                     PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=plan.split,
                     DEQUANT=dequant, INTERPRET=interpreted(q.device),
@@ -266,11 +265,14 @@ def paged_decode_int4(
                     num_warps=config.num_warps, num_stages=config.num_stages,
                     **({} if config.maxnreg is None or interpreted(q.device) else {"maxnreg": config.maxnreg}))
 
-    plan, _ = planned_split((key, config, dequant), batch, n_kv_heads, block_tables.shape[1] * block_size,
-                            q.device, num_splits, config.block_n, config.waves,
-                            lambda trial: _paged_decode_int4_kernel.warmup(*args(trial), grid=trial.grid,
-                                                                           **constexprs(trial)))
-    launch_args, launch_constexprs = args(plan), constexprs(plan)
+    def plan_for(inline: bool) -> SplitPlan:
+        return planned_split((key, config, dequant, inline), batch, n_kv_heads, block_tables.shape[1] * block_size,
+                             q.device, num_splits, config.block_n, config.waves,
+                             lambda trial: _paged_decode_int4_kernel.warmup(*args(trial, inline), grid=trial.grid,
+                                                                            **constexprs(trial, inline)))[0]
+
+    plan, inline = choose_merge_plan(config, plan_for)
+    launch_args, launch_constexprs = args(plan, inline), constexprs(plan, inline)
     _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
     part_out, part_lse = launch_args[8], launch_args[9]
     if plan.split and not launch_constexprs["INLINE_MERGE"]:

@@ -13,12 +13,13 @@ import math
 import pytest
 import torch
 
-from kernels.decode_launch import MIN_MERGE_COUNTERS, merge_counters
+from kernels.decode_launch import MIN_MERGE_COUNTERS, SplitPlan, merge_counters
 from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
 from kernels.paged_decode import (
     INLINE_MERGE_MAX_SPLITS,
     DecodeConfig,
+    choose_merge_plan,
     default_num_splits,
     merges_inline,
     paged_decode_attention,
@@ -173,6 +174,32 @@ def test_auto_merges_inline_for_few_splits_and_in_the_merge_kernel_for_many():
     assert merges_inline(DecodeConfig(merge="inline"), 66) and not merges_inline(DecodeConfig(merge="inline"), 1)
     assert not merges_inline(DecodeConfig(merge="kernel"), 2)
     assert not merges_inline(GluonDecodeConfig(), 2)  # the Gluon kernels have only the merge kernel
+
+
+def test_each_merge_variant_is_planned_with_its_own_residency():
+    """The inline variant can fit fewer programs per SM, hence another split count; "auto" must
+    not run the merge-kernel variant with a split count planned for the inline one (batch 8 x
+    32K at block 1 once went from 8 splits to 10 that way: 1.2 waves, 4.00 -> 3.19 TB/s)."""
+    def planner(kernel_splits: int, inline_splits: int):
+        asked = []
+
+        def plan_for(inline: bool) -> SplitPlan:
+            asked.append(inline)
+            n = inline_splits if inline else kernel_splits
+            return SplitPlan(grid=(8, 8, n), num_splits=n)
+        return plan_for, asked
+
+    auto = DecodeConfig()
+    plan_for, asked = planner(8, 10)  # the block-1 case: inline's plan no longer qualifies
+    plan, inline = choose_merge_plan(auto, plan_for)
+    assert (plan.num_splits, inline, asked) == (8, False, [False, True])
+    plan_for, asked = planner(8, 6)  # both qualify: the inline variant with its own plan
+    assert choose_merge_plan(auto, plan_for)[0].num_splits == 6 and choose_merge_plan(auto, plan_for)[1]
+    plan_for, asked = planner(66, 66)  # batch 1: never asks for the inline variant
+    assert choose_merge_plan(auto, plan_for) == (SplitPlan(grid=(8, 8, 66), num_splits=66), False) and asked == [False]
+    plan_for, asked = planner(66, 1)
+    assert choose_merge_plan(DecodeConfig(merge="inline"), plan_for)[1] is False  # one split: nothing to merge
+    assert choose_merge_plan(DecodeConfig(merge="kernel"), planner(2, 2)[0])[1] is False
 
 
 def test_auto_merge_equals_the_merge_kernel_on_both_sides_of_its_threshold():
