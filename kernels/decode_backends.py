@@ -1,14 +1,15 @@
 """Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
 they were measured with.
 
-Three kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 12 and 14, H200 CUDA-graph
-medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x context >= 256K):
+Two kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 14-17 and run 7, H200
+CUDA-graph medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x context
+>= 256K):
 
 * the Triton kernels of :mod:`kernels.paged_decode` (FP8: 1.39x) and
   :mod:`kernels.paged_decode_int4` (0.84x) run everywhere, the interpreter included;
-* the Gluon ``wgmma`` INT4 kernel (:mod:`kernels.paged_decode_gluon_int4`, 1.01x) on Hopper;
 * the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, with the query heads as
-  the MMA's N: INT4 2.28x, FP8 1.73x) on Hopper, at every timed shape the fastest of the three.
+  the MMA's N: INT4 2.05-2.28x, FP8 1.60-1.73x) on Hopper, at every timed shape the faster. (A
+  Gluon ``wgmma`` INT4 kernel, 1.01x, was measured and removed: round 12.)
 
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
 for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
@@ -28,7 +29,7 @@ __all__ = ["FP8_BACKENDS", "INT4_BACKENDS", "RDQ_TIMED_HEAD_DIMS", "choose_backe
            "default_rdq_config"]
 
 FP8_BACKENDS = ("auto", "triton", "rdq")  # paged_decode_attention (rdq only for FP8 caches)
-INT4_BACKENDS = ("auto", "triton", "wgmma", "rdq")  # paged_decode_int4
+INT4_BACKENDS = ("auto", "triton", "rdq")  # paged_decode_int4
 RDQ_TIMED_HEAD_DIMS = (128,)
 _RDQ_MAX_GROUP = 16  # query heads per KV head: the rdq kernel's 16 MMA rows
 

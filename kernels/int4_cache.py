@@ -29,7 +29,7 @@ import torch
 
 from kernels.paged_cache import PagedKVCache
 
-__all__ = ["Int4Pool", "PagedInt4Cache", "quantize_pool_int4", "dequantize_int4", "quantize_int4",
+__all__ = ["Int4Pool", "PagedInt4Cache", "quantize_pool_int4", "dequantize_int4", "quantize_int4", "scale_words",
            "INT4_HEAD_DIMS", "SCALE_DTYPE"]
 
 INT4_HEAD_DIMS = (32, 64, 128)  # half-width dots need head_dim / 2 >= 16 (the dot minimum)
@@ -118,3 +118,13 @@ def quantize_int4(cache: PagedKVCache) -> PagedInt4Cache:
     """The same cache with both pools in INT4 (NaN-poisoned slots get NaN scales)."""
     return PagedInt4Cache(k=quantize_pool_int4(cache.k_cache), v=quantize_pool_int4(cache.v_cache),
                           block_tables=cache.block_tables, seq_lens=cache.seq_lens)
+
+
+def scale_words(name: str, pool: Int4Pool) -> torch.Tensor:
+    """``pool.scales`` ``[.., block_size, 2]`` fp16 as ``[.., block_size]`` int32: a token's two
+    scales in one 32-bit word (the Gluon decode kernel loads both with one access)."""
+    try:
+        return pool.scales.view(torch.int32).squeeze(-1)
+    except RuntimeError as exc:
+        raise ValueError(f"{name}.scales must have even strides and storage offset (its fp16 pairs are read as "
+                         f"32-bit words), got strides {pool.scales.stride()}") from exc

@@ -41,19 +41,15 @@ from kernels.decode_launch import (  # noqa: E402
     split_buffers,
 )
 from kernels.int4_cache import Int4Pool  # noqa: E402
-from kernels.paged_decode import (  # noqa: E402
-    LOG2_E,
-    MIN_GROUP_PAD,
-    _split_range,
-    _write_output,
-    inline_counters,
+from kernels.decode_merge import (  # noqa: E402
     choose_merge_plan,
+    inline_counters,
     merge_constexprs,
     merge_splits,
     pdl_merge,
 )
+from kernels.paged_decode import LOG2_E, MIN_GROUP_PAD, _split_range, _write_output  # noqa: E402
 from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
-from kernels.paged_decode_gluon_int4 import gluon_paged_decode_int4  # noqa: E402
 from kernels.paged_decode_rdq import rdq_paged_decode  # noqa: E402
 
 __all__ = ["paged_decode_int4", "default_int4_config"]
@@ -200,9 +196,8 @@ def paged_decode_int4(
 
     ``backend="auto"`` runs the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`)
     where it applies and was measured faster (:func:`kernels.decode_backends.rdq_preferred`),
-    this module's Triton kernel otherwise; ``"triton"``, ``"wgmma"``
-    (:mod:`kernels.paged_decode_gluon_int4`) and ``"rdq"`` force one (the Gluon ones refuse
-    where they cannot run).
+    this module's Triton kernel otherwise; ``"triton"`` and ``"rdq"`` force one (the rdq kernel
+    refuses where it cannot run).
 
     Parameters
     ----------
@@ -214,7 +209,7 @@ def paged_decode_int4(
     dequant : int
         0: integer -> fp16 convert; 1 (default, 1.4-1.5x faster on the H200): the fp16 bit trick
         (see the module docstring). Triton kernel only.
-    backend : {"auto", "triton", "wgmma", "rdq"}
+    backend : {"auto", "triton", "rdq"}
         Which kernel runs (see above); ``config`` and ``dequant`` imply the Triton one.
 
     Returns
@@ -228,9 +223,6 @@ def paged_decode_int4(
         raise ValueError(f"dequant must be 0 or 1, got {dequant!r}")
     chosen = choose_backend(backend, config is not None or dequant != 1, lambda: rdq_preferred(q, k),
                             INT4_BACKENDS)
-    if chosen == "wgmma":
-        return gluon_paged_decode_int4(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
-                                       validate=validate)
     if chosen == "rdq":
         return rdq_paged_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
                                 config=default_rdq_config("int4"), validate=validate)

@@ -2,8 +2,9 @@
 
 Same contracts as :func:`kernels.paged_decode_int4.paged_decode_int4` (INT4 pools in
 :mod:`kernels.int4_cache`'s layout) and the FP8 path of :mod:`kernels.paged_decode` (e4m3 pools,
-per-KV-head fp32 ``k_scale`` / ``v_scale``). Why a second Gluon design next to the ``wgmma``
-kernels (:mod:`kernels.paged_decode_gluon_int4`, :mod:`kernels.paged_decode_gluon_fp8`): their
+per-KV-head fp32 ``k_scale`` / ``v_scale``). Why not the Hopper ``wgmma`` that the 16-bit Gluon
+kernel (:mod:`kernels.paged_decode_gluon`) uses, as the FP8 and INT4 variants built on it did
+(benchmarks/NOTES-decode.md, round 12: 1.0x the Triton FP8 kernel, 1.01x bf16 for INT4): its
 MMA has M = 64 rows for at most 8 (usually 4) query heads, so 56-60 rows of every product are
 padding, and they dequantise each tile into an fp16 shared tile that the MMA reads back. At
 B 8 x L 32K both costs are about the whole time budget of an INT4 decode at HBM speed.
@@ -60,16 +61,15 @@ from kernels.decode_checks import check_shapes, check_strides, check_values
 from kernels.decode_config import FP8_DTYPE
 from kernels.decode_launch import (SplitPlan, check_call_options, checked_once, fp8_scales, planned_split, signature,
                                    split_buffers)
-from kernels.int4_cache import Int4Pool
-from kernels.paged_decode import LOG2_E, merge_splits, pdl_merge
+from kernels.int4_cache import Int4Pool, scale_words
+from kernels.decode_merge import merge_splits, pdl_merge
+from kernels.paged_decode import LOG2_E
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
-from kernels.paged_decode_gluon_int4 import _scale_words
 from kernels.decode_checks import check_int4_inputs
 from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases
 from kernels.rdq_swap import attend_swapped, swapped_heads
 
 if _HAVE_GLUON:
-    import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
@@ -431,7 +431,7 @@ def _pool_args(fmt: str, k, v, k_scale, v_scale, n_kv_heads: int, device) -> tup
     """``(k codes, v codes, k scales, v scales)`` as the kernel reads them: uint8 code pools;
     INT4 scale words ``[blocks, heads, page]`` int32, FP8 per-head fp32 scales."""
     if fmt == "int4":
-        return k.data, v.data, _scale_words("k", k), _scale_words("v", v)
+        return k.data, v.data, scale_words("k", k), scale_words("v", v)
     return (k.view(torch.uint8), v.view(torch.uint8), fp8_scales("k_scale", k_scale, FP8_DTYPE, n_kv_heads, device),
             fp8_scales("v_scale", v_scale, FP8_DTYPE, n_kv_heads, device))
 

@@ -18,9 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from kernels.paged_cache import build_paged_cache, quantize_fp8, quantize_kv_fp8
-from kernels.paged_decode import (
-    DecodeConfig, default_config, default_num_splits, merge_splits, paged_decode_attention,
-)
+from kernels.decode_merge import merge_splits
+from kernels.paged_decode import DecodeConfig, default_config, default_num_splits, paged_decode_attention
 from kernels.paged_reference import gather_kv_padded, paged_attention_reference
 from kernels.theory import decode_kv_bytes, tbps
 from kernels.tolerances import tolerance

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.decode_backends import FP8_BACKENDS, INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred
+from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred
 from kernels.decode_config import DecodeConfig
 from kernels.int4_cache import quantize_int4
 from kernels.paged_cache import build_paged_cache, quantize_fp8
@@ -38,9 +38,9 @@ def test_auto_takes_rdq_only_when_preferred_and_no_triton_option_was_set():
     assert choose_backend("auto", False, no) == "triton"
     assert choose_backend("auto", True, yes) == "triton"  # a DecodeConfig or dequantiser: the Triton kernel's
     assert choose_backend("triton", False, yes) == "triton"
-    assert choose_backend("wgmma", False, no, INT4_BACKENDS) == "wgmma"
+    assert choose_backend("rdq", False, no, INT4_BACKENDS) == "rdq"  # forced, even where not preferred
     with pytest.raises(ValueError, match="backend must be one of"):
-        choose_backend("wgmma", False, yes, FP8_BACKENDS)  # the bf16/FP8 wrapper has no wgmma kernel
+        choose_backend("wgmma", False, yes, INT4_BACKENDS)  # the wgmma INT4 kernel was removed
     with pytest.raises(ValueError, match="backend must be one of"):
         choose_backend("cudnn", False, yes)
 

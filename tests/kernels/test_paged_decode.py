@@ -16,15 +16,8 @@ import torch
 from kernels.decode_launch import MIN_MERGE_COUNTERS, SplitPlan, merge_counters
 from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
-from kernels.paged_decode import (
-    INLINE_MERGE_MAX_SPLITS,
-    DecodeConfig,
-    choose_merge_plan,
-    default_num_splits,
-    merges_inline,
-    paged_decode_attention,
-    pdl_merge,
-)
+from kernels.decode_merge import INLINE_MERGE_MAX_SPLITS, choose_merge_plan, merges_inline, pdl_merge
+from kernels.paged_decode import DecodeConfig, default_num_splits, paged_decode_attention
 from kernels.paged_decode_gluon import GluonDecodeConfig
 from kernels.paged_decode_int4 import paged_decode_int4
 from kernels.paged_reference import paged_attention_reference
