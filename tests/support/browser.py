@@ -84,10 +84,13 @@ def goto(page, url: str) -> float:
 
 
 def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> float:
-    """Focus the slider whose label matches ``label``, press ``key`` ``times`` times, wait.
+    """Focus the slider whose label matches ``label``, press ``key`` ``times`` times, waiting for
+    each press's rerun before the next (every press must change the value).
 
-    Streamlit sliders are ``role=slider`` thumbs that respond to arrow, Home and End keys.
-    Returns the seconds the rerun took to draw (see :func:`after_rerun`).
+    Streamlit sliders are ``role=slider`` thumbs that respond to arrow, Home and End keys. A press
+    that lands while the previous one's rerun is still drawing can be lost on a loaded machine
+    (CI once read step 3 after three presses from 1), hence one press per rerun. Returns the
+    seconds the reruns took to draw, summed (see :func:`after_rerun`).
     """
     slider = page.get_by_role("slider", name=re.compile(re.escape(label)))
     if slider.count() == 0:
@@ -97,10 +100,9 @@ def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> f
 
     def press() -> None:
         thumb.focus()
-        for _ in range(times):
-            thumb.press(key)
+        thumb.press(key)
 
-    return after_rerun(page, press)
+    return sum(after_rerun(page, press) for _ in range(times))
 
 
 def fill_number(page, label: str, value: str) -> None:
