@@ -3,8 +3,8 @@
 Streamlit reruns the page script after every widget change. A test must wait for *that* rerun
 to finish before reading the screen: on a loaded 2-core machine the rerun can start well after
 the key press, so "no run in progress" alone is not enough. :func:`goto` installs a counter of
-script runs in the page; :func:`after_rerun` does an action and waits until the counter has
-moved and the app is idle again.
+finished script runs in the page; :func:`after_rerun` does an action and waits until the counter
+has moved and the app is idle again.
 """
 
 from __future__ import annotations
@@ -20,18 +20,21 @@ _IDLE_JS = """() => {
   return !!app && app.getAttribute('data-test-script-state') === 'notRunning'
     && !document.querySelector('[data-testid="stSkeleton"], [data-testid="stAppSkeleton"]');
 }"""
-# Counts the transitions of stApp's script state to 'running' (one per script run).
+# Counts the transitions of stApp's script state out of 'running' (one per finished script run),
+# from the mutation records' old values: reading the attribute in the callback instead misses a
+# run that starts and ends between two callbacks (seen on CI: the slider's rerun had written the
+# URL, the counter never moved).
 _INSTALL_RUN_COUNTER_JS = """() => {
   if (window.__stRuns !== undefined) return;
   window.__stRuns = 0;
   const app = document.querySelector('[data-testid="stApp"]');
-  new MutationObserver(() => {
-    if (app.getAttribute('data-test-script-state') === 'running') window.__stRuns += 1;
-  }).observe(app, {attributes: true, attributeFilter: ['data-test-script-state']});
+  new MutationObserver((records) => {
+    for (const r of records) if (r.oldValue === 'running') window.__stRuns += 1;
+  }).observe(app, {attributes: true, attributeOldValue: true, attributeFilter: ['data-test-script-state']});
 }"""
 # Quiet time that counts as idle: reruns queued by several quick key presses start within it.
 _SETTLE_S = 0.6
-_RERUN_START_TIMEOUT_S = 30.0
+_RERUN_TIMEOUT_S = 90.0  # from the action to the end of the run it causes
 
 
 def wait_idle(page, timeout_s: float = 90.0) -> float:
@@ -61,10 +64,10 @@ def after_rerun(page, action: Callable[[], object]) -> float:
     before = _runs(page)
     start = time.monotonic()
     action()
-    deadline = time.monotonic() + _RERUN_START_TIMEOUT_S
+    deadline = time.monotonic() + _RERUN_TIMEOUT_S
     while _runs(page) == before:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no rerun started within {_RERUN_START_TIMEOUT_S} s of the action")
+            raise TimeoutError(f"no rerun finished within {_RERUN_TIMEOUT_S} s of the action")
         time.sleep(0.05)
     return wait_idle(page) - start
 
