@@ -18,6 +18,7 @@ a kernel; the forced kernel refuses inputs it cannot take with a ``ValueError``.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable
 
 import torch
@@ -62,6 +63,7 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool) -> bool:
     return gluon_decode_available()
 
 
+@lru_cache(maxsize=None)  # on every call's path: one frozen config per format
 def default_rdq_config(fmt: str):
     """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
     design (query heads as the MMA's N), timed fastest at the worst large shape on the H200

@@ -139,6 +139,17 @@ GLUON_DECODE_CONFIGS: tuple[GluonDecodeConfig, ...] = (
 if _HAVE_GLUON:
 
     @gluon.jit
+    def split_tiles(seq_lens_ptr, seq, split, num_splits, BLOCK_N: gl.constexpr):
+        """``(start, end, n_tiles)``: tokens ``[start, end)`` of this split of sequence ``seq``, in
+        whole tiles so that only the sequence's last tile is ragged (the Triton kernel's split
+        rule); ``n_tiles <= 0`` for a split past the sequence's end."""
+        seq_len = gl.load(seq_lens_ptr + seq)
+        tiles_per_split = gl.cdiv(gl.cdiv(seq_len, BLOCK_N), num_splits)
+        start = split * tiles_per_split * BLOCK_N
+        end = gl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+        return start, end, gl.cdiv(end - start, BLOCK_N)
+
+    @gluon.jit
     def _load_pages(table_ptr, tile_start, end, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
                     load_layout: gl.constexpr):
         """Pool block of each token of the tile at ``tile_start`` (int32, 0 past ``end``). Loaded
@@ -231,13 +242,7 @@ if _HAVE_GLUON:
         kv_head = gl.program_id(0)
         seq = gl.program_id(1)
         split = gl.program_id(2)
-        # Tokens [start, end) of this split, in whole tiles so that only the sequence's last tile
-        # is ragged (the split rule of the Triton kernel).
-        seq_len = gl.load(seq_lens_ptr + seq)
-        tiles_per_split = gl.cdiv(gl.cdiv(seq_len, BLOCK_N), num_splits)
-        start = split * tiles_per_split * BLOCK_N
-        end = gl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
-        n_tiles = gl.cdiv(end - start, BLOCK_N)  # <= 0 for a split past the sequence's end
+        start, end, n_tiles = split_tiles(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
 
         k_head_ptr = k_cache_ptr + kv_head.to(gl.int64) * stride_kh
         v_head_ptr = v_cache_ptr + kv_head.to(gl.int64) * stride_vh

@@ -74,8 +74,9 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (code_offsets, issue_codes, k_logical, load_scales, output_dims, query_dims,
-                                   scale_halves, token_pairs, v_logical)
+    from kernels.paged_decode_gluon import split_tiles
+    from kernels.rdq_tiles import (code_offsets, issue_codes, k_logical, load_scales, next_codes, output_dims,
+                                   query_dims, scale_halves, token_pairs, v_logical)
 
 __all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
            "rdq_plan", "rdq_shared_bytes", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
@@ -198,12 +199,7 @@ if _HAVE_GLUON:
         kv_head = gl.program_id(0)
         seq = gl.program_id(1)
         split = gl.program_id(2)
-        # Tokens [start, end) of this split in whole tiles (the Triton kernel's split rule).
-        seq_len = gl.load(seq_lens_ptr + seq)
-        tiles_per_split = gl.cdiv(gl.cdiv(seq_len, BLOCK_N), num_splits)
-        start = split * tiles_per_split * BLOCK_N
-        end = gl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
-        n_tiles = gl.cdiv(end - start, BLOCK_N)  # <= 0 for a split past the sequence's end
+        start, end, n_tiles = split_tiles(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
 
         k_head_ptr = k_codes_ptr + kv_head.to(gl.int64) * stride_kh
         v_head_ptr = v_codes_ptr + kv_head.to(gl.int64) * stride_vh
@@ -279,20 +275,12 @@ if _HAVE_GLUON:
         o_lo = gl.zeros([_ROWS, RB], gl.float32, mma)
         o_hi = gl.zeros([_ROWS, RB], gl.float32, mma)
         s_zero = gl.zeros([_ROWS, BLOCK_N], gl.float32, mma)
-        slot = 0  # ring slot of tile j: j % STAGES, counted rather than divided
+        slot = 0  # ring slot of tile j
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
-            # Refill the slot tile j-1 used, then wait until only the STAGES-1 newest copy groups
-            # are in flight: tile j has landed. Each lane reads back exactly the bytes it copied
-            # (copies and reads share the layouts), so no barrier is needed.
-            refill = gl.where(slot == 0, STAGES - 1, slot - 1)
-            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
-                        refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
-                        k_layout, v_layout)
-            async_copy.wait_group(STAGES - 1)
-            kc = k_ring.index(slot).load(k_layout)
-            vc = v_ring.index(slot).load(v_layout)
-            slot = gl.where(slot == STAGES - 1, 0, slot + 1)
+            kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot, k_offs,
+                                      v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, STAGES,
+                                      INT4, k_layout, v_layout)
             cols = tile + gl.arange(0, BLOCK_N, layout=col_layout)
             if INT4:
                 ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,

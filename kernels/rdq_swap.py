@@ -39,7 +39,7 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (issue_codes, k_logical, load_scales, output_dims, query_dims, scale_halves,
+    from kernels.rdq_tiles import (k_logical, load_scales, next_codes, output_dims, query_dims, scale_halves,
                                    token_pairs, v_logical)
 
 __all__ = ["attend_swapped", "swapped_heads"]
@@ -142,18 +142,12 @@ if _HAVE_GLUON:
         o_hi = gl.zeros([RB, HEADS], gl.float32, mma)
         s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
         rows = gl.arange(0, BLOCK_N, layout=token_layout)
-        slot = 0  # ring slot of tile j (j % STAGES)
+        slot = 0  # ring slot of tile j
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
-            # The ring as in the row design: refill the slot tile j-1 used, wait for tile j.
-            refill = gl.where(slot == 0, STAGES - 1, slot - 1)
-            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile + (STAGES - 1) * BLOCK_N, end,
-                        refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
-                        k_layout, v_layout)
-            async_copy.wait_group(STAGES - 1)
-            kc = k_ring.index(slot).load(k_layout)
-            vc = v_ring.index(slot).load(v_layout)
-            slot = gl.where(slot == STAGES - 1, 0, slot + 1)
+            kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot, k_offs,
+                                      v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, STAGES,
+                                      INT4, k_layout, v_layout)
             if INT4:
                 ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,
                                                         PAGE_SIZE, BLOCK_N, token_layout), token_layout)

@@ -16,7 +16,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "load_scales", "code_offsets",
+__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "load_scales",
+           "code_offsets",
            "tile_page", "query_dims", "output_dims"]
 
 if _HAVE_GLUON:
@@ -122,6 +123,24 @@ if _HAVE_GLUON:
         _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, page, v_offs, stride_vb, stride_vt,
                     PAGE_SIZE, BLOCK_N, not INT4, v_layout)
         async_copy.commit_group()
+
+    @gluon.jit
+    def next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, k_offs, v_offs,
+                   stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                   STAGES: gl.constexpr, INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+        """The K and V code tiles of the tile at ``tile_start`` from ring slot ``slot``, and the next
+        slot (``j % STAGES``, counted rather than divided). First the slot the previous tile used
+        is refilled with the tile ``STAGES - 1`` ahead, then the wait leaves only the ``STAGES - 1``
+        newest copy groups in flight: this tile has landed. Each lane reads back exactly the
+        bytes it copied (copies and reads share the layouts), so no barrier is needed."""
+        refill = gl.where(slot == 0, STAGES - 1, slot - 1)
+        issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
+                    refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
+                    k_layout, v_layout)
+        async_copy.wait_group(STAGES - 1)
+        kc = k_ring.index(slot).load(k_layout)
+        vc = v_ring.index(slot).load(v_layout)
+        return kc, vc, gl.where(slot == STAGES - 1, 0, slot + 1)
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,

@@ -27,18 +27,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
-import os
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from inputs.uploads import dumps_strict
 from kernels.paged_decode_gluon import GLUON_DECODE_CONFIGS
+from scripts.tuning.device_rows import decode_shape_inputs, emit, error_text, finite, run_rows
 
 # (label, lengths, block size, query heads, KV heads, dtype, forced split count or None)
 CHECKS = [
@@ -50,24 +45,6 @@ CHECKS = [
 # (batch, context, query heads); 8 KV heads, d 128, block 16, bf16.
 SHAPES = [(1, 32768, 32), (1, 131072, 32), (8, 32768, 64), (32, 16384, 64), (128, 4096, 32)]
 BASELINES = ("triton", "cudnn")
-ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
-
-
-def _finite(x: float) -> float | str:
-    """A float for the JSON report: non-finite values (a NaN error) as their name."""
-    return x if math.isfinite(x) else repr(x)
-
-
-def _error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-
-
-# ---------------------------------------------------------------------------- child side
-
-
-def _emit(out, **row) -> None:
-    out.write(dumps_strict(row) + "\n")
-    out.flush()
 
 
 def _child_check(items: list[list[int]], deadline: float, out) -> None:
@@ -89,18 +66,18 @@ def _child_check(items: list[list[int]], deadline: float, out) -> None:
             cfg = GLUON_DECODE_CONFIGS[i]
             row = dict(part="check", item=[case, i], check=label, config=cfg.name, tol=tol)
             if time.time() > deadline:
-                _emit(out, **row, error="skipped: time budget")
+                emit(out, **row, error="skipped: time budget")
                 continue
-            _emit(out, event="start", item=[case, i])
+            emit(out, event="start", item=[case, i])
             try:
                 used = splits if splits is not None else gluon_decode_plan(
                     q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, config=cfg)[0]
                 got = gluon_paged_decode(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, num_splits=splits,
                                          config=cfg)
                 err = float((got.float() - ref).abs().max())  # NaN anywhere makes this NaN
-                _emit(out, **row, err=_finite(err), splits=used, ok=bool(err <= tol))
+                emit(out, **row, err=finite(err), splits=used, ok=bool(err <= tol))
             except Exception as exc:  # noqa: BLE001 - a failed configuration is a row of the report
-                _emit(out, **row, error=_error(exc))
+                emit(out, **row, error=error_text(exc))
 
 
 def _child_speed(items: list[list], deadline: float, out) -> None:
@@ -126,29 +103,20 @@ def _cudnn_run(x, sdpa_context):
 
 def _speed_shape(s: int, contenders: list, deadline: float, out) -> None:
     """The rows of shape ``SHAPES[s]``: the same KV for every contender."""
-    from kernels.bench.records import DecodeShape
-    from kernels.bench.sweeps import _decode_inputs
-    from kernels.bench.timing import graph_ms, rotations, sdpa_context
+    from kernels.bench.timing import graph_ms, sdpa_context
     from kernels.paged_decode import paged_decode_attention
     from kernels.paged_decode_gluon import gluon_decode_plan, gluon_paged_decode
-    from kernels.theory import decode_kv_bytes
 
-    batch, ctx, hq = SHAPES[s]
-    label = f"B{batch} L{ctx // 1024}K {hq}/8"
-    shape = DecodeShape(batch=batch, context=ctx, n_q_heads=hq, n_kv_heads=8, head_dim=128, block_size=16,
-                        dtype="bf16")
-    kv_bytes = decode_kv_bytes(batch, ctx, 8, 128, 2)
-    free, _ = torch.cuda.mem_get_info()
-    n_rot = min(rotations(kv_bytes, free // 3), 8)
-    x = _decode_inputs(shape, n_rot, 0)
+    label, kv_bytes, x = decode_shape_inputs(*SHAPES[s], memory_share=3)
+    n_rot = x.rot.n
     q, k, v, tables, lens, rot = x.q, x.k, x.v, x.tables, x.lens, x.rot
     for who in contenders:  # the baselines first, the contiguous copy freed before the Gluon rows
         row = dict(part="speed", item=[s, who], shape=label, contender=who if who in BASELINES
                    else GLUON_DECODE_CONFIGS[who].name, rotations=n_rot, kv_bytes=kv_bytes)
         if time.time() > deadline:
-            _emit(out, **row, error="skipped: time budget")
+            emit(out, **row, error="skipped: time budget")
             continue
-        _emit(out, event="start", item=[s, who])
+        emit(out, event="start", item=[s, who])
         try:
             extra = {}
             if who == "triton":
@@ -172,60 +140,14 @@ def _speed_shape(s: int, contenders: list, deadline: float, out) -> None:
             torch.cuda.synchronize()
             ms = graph_ms(run, n_rot, 5.0, 30.0)
             if "err" in extra:
-                extra["err"] = _finite(extra["err"])
-            _emit(out, **row, **extra, ms=ms, tbps=kv_bytes / (ms * 1e-3) / 1e12)
+                extra["err"] = finite(extra["err"])
+            emit(out, **row, **extra, ms=ms, tbps=kv_bytes / (ms * 1e-3) / 1e12)
         except Exception as exc:  # noqa: BLE001 - a failed contender is a row of the report
-            _emit(out, **row, error=_error(exc))
+            emit(out, **row, error=error_text(exc))
     x.state.clear()
 
 
 # ---------------------------------------------------------------------------- parent side
-
-
-def _run_part(part: str, items: list[list], deadline: float) -> list[dict]:
-    """Rows of ``items`` (check: [case, config]; speed: [shape, contender]), each from a child
-    process; a child that dies takes only the row it was running, and the Gluon configuration
-    in it is dropped from the rest of the part."""
-    rows: list[dict] = []
-    todo = [list(it) for it in items]
-    while todo:
-        with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
-            path = f.name
-        cmd = [sys.executable, "-m", "scripts.tuning.h200_gluon_decode_check", "--child", part,
-               "--items", json.dumps(todo), "--deadline", repr(deadline), "--rows", path]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                                  timeout=max(30.0, deadline - time.time() + 60))
-            rc, tail = done.returncode, " ".join((done.stderr or "").split())[-400:]
-        except subprocess.TimeoutExpired:
-            rc, tail = -1, "child timed out"
-        with open(path) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-        os.unlink(path)
-        started = None
-        for line in lines:
-            if line.get("event") == "start":
-                started = line["item"]
-                continue
-            started = None
-            rows.append(line)
-            todo.remove(line["item"])
-            _print_row(line)
-        if rc == 0 and not todo:
-            break
-        if started is None:  # died outside a row (inputs, imports): nothing left can run
-            for it in todo:
-                rows.append(dict(part=part, item=it, error=f"child exited {rc} before the row: {tail}"))
-            break
-        crashed = started[1]
-        rows.append(dict(part=part, item=started, crashed=True, error=f"process died (exit {rc}) in this row: {tail}"))
-        _print_row(rows[-1])
-        todo.remove(started)
-        if crashed not in BASELINES:  # a faulting configuration would poison the next child too
-            for it in [it for it in todo if it[1] == crashed]:
-                rows.append(dict(part=part, item=it, crashed=True, error="skipped: this configuration faulted earlier"))
-                todo.remove(it)
-    return rows
 
 
 def _print_row(r: dict) -> None:
@@ -298,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         else:  # a configuration that faulted in the checks is not timed
             faulted = {r["item"][1] for r in report["check"] if r.get("crashed")}
             items = [[s, who] for s in range(len(SHAPES)) for who in (*BASELINES, *indices) if who not in faulted]
-        report[part] = _run_part(part, items, deadline)
+        report[part] = run_rows("scripts.tuning.h200_gluon_decode_check", part, items, deadline,
+                                baselines=BASELINES, print_row=_print_row)
         if part == "speed":
             report["summary"] = _ratios(report["speed"])
         if args.json:  # after every part: a call cut short still returns what was measured

@@ -34,6 +34,7 @@ import time
 import torch
 
 from inputs.uploads import dumps_strict
+from scripts.tuning.device_rows import decode_shape_inputs
 
 # (label, lengths, block size, query heads, KV heads, cache: bf16 | fp16 | fp8 | int4, forced splits)
 CHECKS = [
@@ -154,22 +155,13 @@ def _graph_check() -> dict:
 def _speed_shape(shape_index: int, deadline: float) -> list[dict]:
     import torch.nn.functional as F
 
-    from kernels.bench.records import DecodeShape
-    from kernels.bench.sweeps import _decode_inputs
-    from kernels.bench.timing import do_bench, graph_ms, rotations, sdpa_context
+    from kernels.bench.timing import do_bench, graph_ms, sdpa_context
     from kernels.decode_config import default_config
     from kernels.decode_launch import _RESIDENT, signature
     from kernels.paged_decode import decode_num_splits, paged_decode_attention
-    from kernels.theory import decode_kv_bytes
 
-    batch, ctx, hq = SHAPES[shape_index]
-    label = f"B{batch} L{ctx // 1024}K {hq}/8"
-    shape = DecodeShape(batch=batch, context=ctx, n_q_heads=hq, n_kv_heads=8, head_dim=128, block_size=16,
-                        dtype="bf16")
-    kv_bytes = decode_kv_bytes(batch, ctx, 8, 128, 2)
-    free, _ = torch.cuda.mem_get_info()
-    n_rot = min(rotations(kv_bytes, free // 3), 8)
-    x = _decode_inputs(shape, n_rot, 0)
+    label, kv_bytes, x = decode_shape_inputs(*SHAPES[shape_index], memory_share=3)
+    n_rot = x.rot.n
     q, k, v, tables, lens, rot = x.q, x.k, x.v, x.tables, x.lens, x.rot
     rows = []
     for name, cfg in (("cudnn", None), *_configs(default_config(128, torch.bfloat16)).items()):

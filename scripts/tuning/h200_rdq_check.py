@@ -34,18 +34,13 @@ import argparse
 import dataclasses
 import json
 import math
-import os
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
 from inputs.uploads import dumps_strict
 from kernels.paged_decode_rdq import RDQ_CONFIGS
-from scripts.tuning.h200_gluon_decode_check import _emit, _error, _finite
+from scripts.tuning.device_rows import decode_shape_inputs, emit, error_text, finite, run_rows
 
 # (label, lengths, block size, query heads, KV heads, head dim, query dtype, forced splits)
 CHECKS = [
@@ -60,7 +55,6 @@ SHAPES = [(1, 32768, 32), (8, 32768, 32), (8, 32768, 64), (32, 16384, 64), (128,
 LARGE_TOKENS = 256 * 1024  # batch x context of the shapes the targets are stated over
 BASELINES = ("triton bf16", "triton int4", "triton fp8")
 FORMATS = ("int4", "fp8")
-ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
 
 
 def _rdq(who: str) -> tuple[str, int] | None:
@@ -115,18 +109,18 @@ def _child_check(items: list[list], deadline: float, out) -> None:
                 cfg = RDQ_CONFIGS[_rdq(who)[1]]
                 row = dict(part="check", item=[case, who], check=label, config=_name(who), tol=tols[fmt])
                 if time.time() > deadline:
-                    _emit(out, **row, error="skipped: time budget")
+                    emit(out, **row, error="skipped: time budget")
                     continue
-                _emit(out, event="start", item=[case, who])
+                emit(out, event="start", item=[case, who])
                 try:
                     used = splits if splits is not None else rdq_plan(q, k, v, c16.block_tables, c16.seq_lens,
                                                                       config=cfg)[0]
                     got = rdq_paged_decode(q, k, v, c16.block_tables, c16.seq_lens, num_splits=splits, config=cfg,
                                            **kw)
                     err = float((got.float() - ref).abs().max())  # NaN anywhere makes this NaN
-                    _emit(out, **row, err=_finite(err), splits=used, ok=bool(err <= tols[fmt]))
+                    emit(out, **row, err=finite(err), splits=used, ok=bool(err <= tols[fmt]))
                 except Exception as exc:  # noqa: BLE001 - a failed configuration is a row of the report
-                    _emit(out, **row, error=_error(exc))
+                    emit(out, **row, error=error_text(exc))
 
 
 def _child_speed(items: list[list], deadline: float, out) -> None:
@@ -158,19 +152,12 @@ def _contender(who: str, q, k16, v16, tables, lens, pools: dict):
 
 def _speed_shape(s: int, contenders: list, deadline: float, out) -> None:
     """The rows of shape ``SHAPES[s]``: the same KV for every contender (quantised from it)."""
-    from kernels.bench.records import DecodeShape
-    from kernels.bench.sweeps import _decode_inputs
-    from kernels.bench.timing import graph_ms, rotations
+    from kernels.bench.timing import graph_ms
     from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes
 
-    batch, ctx, hq = SHAPES[s]
-    label = f"B{batch} L{ctx // 1024}K {hq}/8"
-    shape = DecodeShape(batch=batch, context=ctx, n_q_heads=hq, n_kv_heads=8, head_dim=128, block_size=16,
-                        dtype="bf16")
-    bf16_bytes = decode_kv_bytes(batch, ctx, 8, 128, 2)
-    free, _ = torch.cuda.mem_get_info()
-    n_rot = min(rotations(bf16_bytes, free // 4), 8)
-    x = _decode_inputs(shape, n_rot, 0)
+    batch, ctx, _ = SHAPES[s]
+    label, bf16_bytes, x = decode_shape_inputs(*SHAPES[s], memory_share=4)
+    n_rot = x.rot.n
     pools = {fmt: _pools(fmt, x.k, x.v) for fmt in FORMATS}
     refs = {fmt: x.reference(p[3], p[4]) for fmt, p in pools.items()}
     pools = {fmt: p[:3] for fmt, p in pools.items()}  # the dequantised copies are not needed past here
@@ -181,68 +168,27 @@ def _speed_shape(s: int, contenders: list, deadline: float, out) -> None:
         row = dict(part="speed", item=[s, who], shape=label, large=batch * ctx >= LARGE_TOKENS, fmt=fmt,
                    contender=_name(who), rotations=n_rot, kv_bytes=kv_bytes[fmt])
         if time.time() > deadline:
-            _emit(out, **row, error="skipped: time budget")
+            emit(out, **row, error="skipped: time budget")
             continue
-        _emit(out, event="start", item=[s, who])
+        emit(out, event="start", item=[s, who])
         try:
             call, extra = _contender(who, x.q, x.k, x.v, x.tables, x.lens, pools)
             first = call(0)
-            extra["err"] = _finite(x.err_of(first)[0] if fmt == "bf16" else x.err_of(first, refs[fmt])[0])
+            extra["err"] = finite(x.err_of(first)[0] if fmt == "bf16" else x.err_of(first, refs[fmt])[0])
             rot = x.rot
 
             def run(call=call, rot=rot):
                 return call(rot.next())
             torch.cuda.synchronize()
             ms = graph_ms(run, n_rot, 5.0, 30.0)
-            _emit(out, **row, **extra, ms=ms, tbps=kv_bytes[fmt] / (ms * 1e-3) / 1e12)
+            emit(out, **row, **extra, ms=ms, tbps=kv_bytes[fmt] / (ms * 1e-3) / 1e12)
         except Exception as exc:  # noqa: BLE001 - a failed contender is a row of the report
-            _emit(out, **row, error=_error(exc))
+            emit(out, **row, error=error_text(exc))
 
 
 # ---------------------------------------------------------------------------- parent side
 
 
-def _run_part(part: str, items: list[list], deadline: float) -> list[dict]:
-    """Rows of ``items`` (check: [case, contender]; speed: [shape, contender]), each from a child
-    process; a child that dies takes only its row, and an rdq configuration in it is dropped."""
-    rows: list[dict] = []
-    todo = [list(it) for it in items]
-    while todo:
-        with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
-            path = f.name
-        cmd = [sys.executable, "-m", "scripts.tuning.h200_rdq_check", "--child", part, "--items", json.dumps(todo),
-               "--deadline", repr(deadline), "--rows", path]
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
-                                  timeout=max(30.0, deadline - time.time() + 60))
-            rc, tail = done.returncode, " ".join((done.stderr or "").split())[-400:]
-        except subprocess.TimeoutExpired:
-            rc, tail = -1, "child timed out"
-        with open(path) as f:
-            lines = [json.loads(line) for line in f if line.strip()]
-        os.unlink(path)
-        started = None
-        for line in lines:
-            if line.get("event") == "start":
-                started = line["item"]
-                continue
-            started = None
-            rows.append(line)
-            todo.remove(line["item"])
-            _print_row(line)
-        if rc == 0 and not todo:
-            break
-        if started is None:  # died outside a row (inputs, imports): nothing left can run
-            rows += [dict(part=part, item=it, error=f"child exited {rc} before the row: {tail}") for it in todo]
-            break
-        rows.append(dict(part=part, item=started, crashed=True, error=f"process died (exit {rc}) in this row: {tail}"))
-        _print_row(rows[-1])
-        todo.remove(started)
-        if started[1] not in BASELINES:
-            for it in [it for it in todo if it[1] == started[1]]:
-                rows.append(dict(part=part, item=it, crashed=True, error="skipped: this configuration faulted earlier"))
-                todo.remove(it)
-    return rows
 
 
 def _print_row(r: dict) -> None:
@@ -337,7 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         else:  # a configuration that faulted in the checks is not timed
             faulted = {r["item"][1] for r in report["check"] if r.get("crashed")}
             items = [[s, who] for s in range(len(SHAPES)) for who in (*baselines, *mine) if who not in faulted]
-        report[part] = _run_part(part, items, deadline)
+        report[part] = run_rows("scripts.tuning.h200_rdq_check", part, items, deadline, baselines=BASELINES,
+                                print_row=_print_row)
         if part == "speed":
             report["summary"] = _ratios(report["speed"])
         if args.json:  # after every part: a call cut short still returns what was measured

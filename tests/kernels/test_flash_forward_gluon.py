@@ -8,10 +8,6 @@ ratios, both masks and dtypes, with NaN planted where a leaking tile would read 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -24,7 +20,7 @@ from kernels.flash_forward_gluon import (
 )
 from kernels.reference import naive_attention_lse
 from kernels.tolerances import tolerance
-from support.paths import ROOT
+from support.compiled import rows_from_child
 
 OUT_TOL = {dtype: (tolerance("flash_forward", name).atol, tolerance("flash_forward", name).rtol)
            for dtype, name in ((torch.float16, "fp16"), (torch.bfloat16, "bf16"))}
@@ -45,11 +41,7 @@ print(json.dumps(rows))
 
 @pytest.fixture(scope="module")
 def sm90_builds():
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return rows_from_child(_BUILD_SCRIPT)
 
 
 def test_every_config_compiles_for_sm90_without_spills(sm90_builds):

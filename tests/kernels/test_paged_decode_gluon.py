@@ -12,9 +12,6 @@ in every slot no sequence owns.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -29,7 +26,7 @@ from kernels.paged_decode_gluon import (
 )
 from kernels.paged_reference import paged_attention_reference
 from kernels.tolerances import tolerance
-from support.paths import ROOT
+from support.compiled import rows_from_child
 
 TOLERANCE = {torch.bfloat16: tolerance("paged_decode", "bf16").atol, torch.float16: tolerance("paged_decode", "fp16").atol}
 
@@ -54,11 +51,7 @@ print(json.dumps(rows))
 
 @pytest.fixture(scope="module")
 def sm90_builds():
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, json.dumps(_BUILDS)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return rows_from_child(_BUILD_SCRIPT, json.dumps(_BUILDS))
 
 
 def test_every_config_compiles_for_sm90_without_spills(sm90_builds):

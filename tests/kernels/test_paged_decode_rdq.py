@@ -22,9 +22,6 @@ splits, shuffled tables and NaN in every slot no sequence owns.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -49,7 +46,7 @@ from kernels.rdq_layouts import (
     v_tile_layout_bases,
 )
 from kernels.tolerances import tolerance
-from support.paths import ROOT
+from support.compiled import rows_from_child
 
 needs_hopper = pytest.mark.skipif(not rdq_available(), reason="needs Gluon and a CUDA device of capability 9.x")
 
@@ -77,11 +74,7 @@ print(json.dumps(rows))
 
 @pytest.fixture(scope="module")
 def sm90_builds():
-    env = {**os.environ, "TRITON_INTERPRET": "0", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, json.dumps(_BUILDS)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return rows_from_child(_BUILD_SCRIPT, json.dumps(_BUILDS))
 
 
 def _cfg(build: dict) -> RdqConfig:

@@ -1,0 +1,105 @@
+"""Shared parts of the H200 check-and-time scripts: rows written by child processes, and the
+harness's inputs for a decode shape.
+
+Each script runs its rows in child processes (``python -m <script> --child <part> --items ...
+--rows <file>``) that append one JSON line per row and announce each row before running it
+(``{"event": "start", "item": ...}``): a row that faults (an illegal address poisons the whole
+CUDA context) is recorded as crashed, the child is restarted without it, and a faulting
+configuration is not tried again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Container
+from pathlib import Path
+
+from inputs.uploads import dumps_strict
+
+__all__ = ["finite", "error_text", "emit", "run_rows", "decode_shape_inputs", "ROOT"]
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
+
+
+def finite(x: float) -> float | str:
+    """A float for the JSON report: non-finite values (a NaN error) as their name."""
+    return x if math.isfinite(x) else repr(x)
+
+
+def error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+
+
+def emit(out, **row) -> None:
+    """One row (or a ``start`` event) as a JSON line, flushed at once: a crash loses nothing."""
+    out.write(dumps_strict(row) + "\n")
+    out.flush()
+
+
+def run_rows(module: str, part: str, items: list[list], deadline: float, *, baselines: Container,
+             print_row: Callable[[dict], None]) -> list[dict]:
+    """Rows of ``items`` (``[case or shape, contender]``), each from a child of ``module``; a child
+    that dies takes only its row, and a non-baseline contender that faulted is skipped after."""
+    rows: list[dict] = []
+    todo = [list(it) for it in items]
+    while todo:
+        with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
+            path = f.name
+        cmd = [sys.executable, "-m", module, "--child", part, "--items", json.dumps(todo), "--deadline",
+               repr(deadline), "--rows", path]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                                  timeout=max(30.0, deadline - time.time() + 60))
+            rc, tail = done.returncode, " ".join((done.stderr or "").split())[-400:]
+        except subprocess.TimeoutExpired:
+            rc, tail = -1, "child timed out"
+        with open(path) as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        os.unlink(path)
+        started = None
+        for line in lines:
+            if line.get("event") == "start":
+                started = line["item"]
+                continue
+            started = None
+            rows.append(line)
+            todo.remove(line["item"])
+            print_row(line)
+        if rc == 0 and not todo:
+            break
+        if started is None:  # died outside a row (inputs, imports): nothing left can run
+            rows += [dict(part=part, item=it, error=f"child exited {rc} before the row: {tail}") for it in todo]
+            break
+        rows.append(dict(part=part, item=started, crashed=True, error=f"process died (exit {rc}) in this row: {tail}"))
+        print_row(rows[-1])
+        todo.remove(started)
+        if started[1] not in baselines:  # a faulting configuration would poison the next child too
+            for it in [it for it in todo if it[1] == started[1]]:
+                rows.append(dict(part=part, item=it, crashed=True, error="skipped: this configuration faulted earlier"))
+                todo.remove(it)
+    return rows
+
+
+def decode_shape_inputs(batch: int, context: int, n_q_heads: int, memory_share: int) -> tuple:
+    """``(label, bf16 KV bytes, DecodeInputs)`` of a harness decode shape (8 KV heads, d 128,
+    block 16, bf16), rotated over as many copies as fit in ``1 / memory_share`` of free memory
+    (at most 8), as the harness builds them."""
+    import torch
+
+    from kernels.bench.records import DecodeShape
+    from kernels.bench.sweeps import _decode_inputs
+    from kernels.bench.timing import rotations
+    from kernels.theory import decode_kv_bytes
+
+    shape = DecodeShape(batch=batch, context=context, n_q_heads=n_q_heads, n_kv_heads=8, head_dim=128,
+                        block_size=16, dtype="bf16")
+    kv_bytes = decode_kv_bytes(batch, context, 8, 128, 2)
+    free, _ = torch.cuda.mem_get_info()
+    n_rot = min(rotations(kv_bytes, free // memory_share), 8)
+    return f"B{batch} L{context // 1024}K {n_q_heads}/8", kv_bytes, _decode_inputs(shape, n_rot, 0)
