@@ -1,0 +1,192 @@
+"""One GPU call: where the quantised kernels lose at GQA 8, and where an eager call's time goes.
+
+    python3 -m scripts.tuning.h200_decode_diag --json $OUT/diag.json
+
+* ``gqa``: the rdq INT4 and FP8 kernels at 32/8 and 64/8 heads (batch 8 x 32K, batch 32 x 16K),
+  their default split count and a sweep of others (CUDA-graph medians), with the split and merge
+  kernels' own GPU times from the profiler; the bf16 Triton kernel as the baseline.
+* ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
+  not after: what the wrapper costs the CPU), the eager median the harness reports (least of
+  three do_bench medians), the CUDA-graph median, and a cProfile of the bf16 wrapper.
+
+Nothing runs at import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import dataclasses
+import io
+import pstats
+import statistics
+import time
+
+import torch
+
+from inputs.uploads import dumps_strict
+
+GQA_SHAPES = [(8, 32768, 32), (8, 32768, 64), (32, 16384, 32), (32, 16384, 64)]
+EAGER_SHAPES = [(1, 32768, 32), (1, 32768, 64)]
+SPLIT_SWEEP = (4, 8, 12, 16, 24, 32, 48)
+
+
+def _qt(x, k=None, v=None) -> tuple:
+    """``(q, k, v, tables)`` of the next rotation of ``x`` (the bf16 pools unless ``k``, ``v``):
+    each call reads another copy's tables, so a small shape's KV is not served from the L2."""
+    i = x.rot.next()
+    return x.q[i], x.k if k is None else k, x.v if v is None else v, x.tables[i]
+
+
+def _kernel_times(fn, calls: int = 20) -> dict[str, float]:
+    """Mean GPU microseconds per call of each kernel ``fn`` launches (profiler device times)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA" or getattr(e, "self_device_time_total", 0):
+            t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+            if t:
+                out[e.key[:60]] = t / calls
+    return out
+
+
+def _pools(fmt: str, k16, v16):
+    from kernels.int4_cache import quantize_pool_int4
+    from kernels.paged_cache import quantize_kv_fp8
+
+    if fmt == "int4":
+        return quantize_pool_int4(k16), quantize_pool_int4(v16), {}
+    k, v, ks, vs = quantize_kv_fp8(k16, v16)
+    return k, v, dict(k_scale=ks, v_scale=vs)
+
+
+def gqa_rows() -> list[dict]:
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    for batch, ctx, hq in GQA_SHAPES:
+        label, bf16_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        def bf16():
+            return paged_decode_attention(*_qt(x), x.lens, validate=False)
+        bf = graph_ms(bf16, x.rot.n, 5.0, 30.0)
+        rows.append(dict(part="gqa", shape=label, fmt="bf16", splits=None, ms=bf, kernels_us=_kernel_times(bf16)))
+        print(f"{label:<16} bf16 {bf:.4f} ms {rows[-1]['kernels_us']}", flush=True)
+        for fmt in ("int4", "fp8"):
+            k, v, kw = _pools(fmt, x.k, x.v)
+            cfg = default_rdq_config(fmt)
+            default, resident = rdq_plan(x.q[0], k, v, x.tables[0], x.lens, config=cfg)
+            for splits in [default] + [s for s in SPLIT_SWEEP if s != default]:
+                def call(splits=splits):
+                    return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                                            num_splits=splits, **kw)
+                ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+                row = dict(part="gqa", shape=label, fmt=fmt, splits=splits, default=splits == default,
+                           resident=resident, ms=ms, x_bf16=bf / ms)
+                if splits == default:
+                    row["kernels_us"] = _kernel_times(call)
+                rows.append(row)
+                print(f"{label:<16} {fmt} splits {splits:>3}{'*' if splits == default else ' '} {ms:.4f} ms "
+                      f"{bf / ms:.3f}x bf16 {row.get('kernels_us', '')}", flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _host_us(fn, n: int = 200) -> float:
+    """Median host microseconds of one call that starts on an idle GPU."""
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def eager_rows() -> tuple[list[dict], str]:
+    from kernels.bench.timing import EAGER_REPEATS, do_bench, graph_ms
+    from kernels.decode_config import default_config
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_int4 import paged_decode_int4
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows, profile_text = [], ""
+    for batch, ctx, hq in EAGER_SHAPES:
+        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        i4k, i4v, _ = _pools("int4", x.k, x.v)
+        f8k, f8v, f8kw = _pools("fp8", x.k, x.v)
+        base = default_config(128, torch.bfloat16)
+        paths = {
+            "bf16 auto": lambda: paged_decode_attention(*_qt(x), x.lens,
+                                                        validate=False),
+            "bf16 inline": lambda: paged_decode_attention(*_qt(x), x.lens,
+                                                          validate=False,
+                                                          config=dataclasses.replace(base, merge="inline")),
+            "bf16 kernel-merge no pdl": lambda: paged_decode_attention(
+                *_qt(x), x.lens, validate=False,
+                config=dataclasses.replace(base, merge="kernel", pdl=False)),
+            "int4 rdq": lambda: paged_decode_int4(*_qt(x, i4k, i4v), x.lens, validate=False),
+            "fp8 rdq": lambda: paged_decode_attention(*_qt(x, f8k, f8v), x.lens,
+                                                      validate=False, **f8kw),
+        }
+        for name, fn in paths.items():
+            fn()
+            host = _host_us(fn)
+            eager = min(do_bench(fn, 25, 100) for _ in range(EAGER_REPEATS))
+            graph = graph_ms(fn, x.rot.n, 5.0, 30.0)
+            rows.append(dict(part="eager", shape=label, path=name, host_us=host, eager_ms=eager, graph_ms=graph,
+                             overhead_us=(eager - graph) * 1e3))
+            print(f"{label:<16} {name:<26} host {host:7.1f} us  eager {eager * 1e3:7.1f} us  graph "
+                  f"{graph * 1e3:7.1f} us  overhead {(eager - graph) * 1e3:6.1f} us", flush=True)
+        if not profile_text:
+            fn = paths["bf16 auto"]
+            pr = cProfile.Profile()
+            pr.enable()
+            for _ in range(300):
+                fn()
+            pr.disable()
+            torch.cuda.synchronize()
+            s = io.StringIO()
+            pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(25)
+            profile_text = s.getvalue()
+            print(profile_text, flush=True)
+        torch.cuda.empty_cache()
+    return rows, profile_text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
+    p.add_argument("--parts", default="eager,gqa", help="comma-separated: eager, gqa")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA GPU")
+    from kernels.bench.timing import environment
+
+    rows, profile_text = [], ""
+    parts = args.parts.split(",")
+    if "eager" in parts:
+        r, profile_text = eager_rows()
+        rows += r
+    if "gqa" in parts:
+        rows += gqa_rows()
+    if args.json:
+        with open(args.json, "w") as f:
+            f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
+                                  "rows": rows, "profile": profile_text}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
