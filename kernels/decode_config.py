@@ -22,7 +22,8 @@ FP8_DTYPE = torch.float8_e4m3fn
 MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
 # Where split-KV partials are merged: "kernel", a second (tiny) kernel; "inline", inside the split
 # kernel by the last split program of each (sequence, KV head) to finish (an atomic ticket);
-# "auto", inline for few splits and the kernel for many (kernels.paged_decode.merges_inline).
+# "auto", inline when called eagerly and, inside a CUDA graph, for few splits (the kernel for many;
+# kernels.decode_merge.merges_inline).
 MERGE_MODES = ("auto", "kernel", "inline")
 
 

@@ -22,7 +22,7 @@ from kernels.occupancy import resident_programs
 from kernels.runtime import interpreter_active
 
 __all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
-           "check_call_options", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT",
+           "check_call_options", "capturing", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT",
            "merge_counters", "MIN_MERGE_COUNTERS"]
 
 # Signatures whose shape and stride checks passed (bounded: cleared when full).
@@ -47,6 +47,12 @@ def checked_once(key: tuple | None, check: Callable[[], None]) -> None:
         if len(_CHECKED) >= _MAX_CHECKED:
             _CHECKED.clear()
         _CHECKED.add(key)
+
+
+def capturing(device: torch.device) -> bool:
+    """True while the current CUDA stream is capturing a graph (a call then plans for replays,
+    where launches cost no host time)."""
+    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
 
 
 def interpreted(device: torch.device) -> bool:

@@ -124,18 +124,23 @@ def pdl_merge(config, split: bool, device: torch.device) -> bool:
     return config.pdl and split and not interpreted(device) and _has_pdl(device)
 
 
-# Up to this many splits, DecodeConfig(merge="auto") merges inline. On the H200 (NOTES-decode.md,
-# round 13) the inline merge was 1.016x the merge kernel at 8 splits (B8 L32K 64/8) and 1.00x at
-# 2, but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in series.
+# Up to this many splits, DecodeConfig(merge="auto") merges inline inside a CUDA graph. On the H200
+# (NOTES-decode.md, round 13) the inline merge was 1.016x the merge kernel at 8 splits (B8 L32K
+# 64/8) and 1.00x at 2, but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in
+# series. Called eagerly, a small call is bound by the host, and one launch fewer is worth more
+# than those GPU microseconds (batch 1 x 32K: eager 55.6 us inline against 80.9 with the merge
+# kernel, round 18), so "auto" merges inline at every split count outside a graph.
 INLINE_MERGE_MAX_SPLITS = 8
 
 
-def merges_inline(config, num_splits: int) -> bool:
+def merges_inline(config, num_splits: int, *, in_graph: bool) -> bool:
     """Whether a call cut into ``num_splits`` merges inside the split kernel: ``merge="inline"``
-    whenever it splits, ``"auto"`` up to ``INLINE_MERGE_MAX_SPLITS``. Configs without a ``merge``
-    field (the Gluon kernels') always use the merge kernel."""
+    whenever it splits; ``"auto"`` always when called eagerly, and inside a CUDA graph capture
+    (``in_graph``, :func:`kernels.decode_launch.capturing`) up to ``INLINE_MERGE_MAX_SPLITS``.
+    Configs without a ``merge`` field (the Gluon kernels') always use the merge kernel."""
     mode = getattr(config, "merge", "kernel")
-    return num_splits > 1 and (mode == "inline" or (mode == "auto" and num_splits <= INLINE_MERGE_MAX_SPLITS))
+    auto_inline = not in_graph or num_splits <= INLINE_MERGE_MAX_SPLITS
+    return num_splits > 1 and (mode == "inline" or (mode == "auto" and auto_inline))
 
 
 # Elements of one inline merge step's [MERGE_GROUP, MERGE_SPLITS, HEAD_DIM] fp32 tile per warp
@@ -156,12 +161,13 @@ def merge_constexprs(config: DecodeConfig, inline: bool, group: int, head_dim: i
                 MERGE_SPLITS=max(1, min(MAX_SPLITS, per_step)))
 
 
-def choose_merge_plan(config, plan_for: Callable[[bool], SplitPlan]) -> tuple[SplitPlan, bool]:
+def choose_merge_plan(config, plan_for: Callable[[bool], SplitPlan], *, in_graph: bool) -> tuple[SplitPlan, bool]:
     """A call's split plan and whether it merges inline, each plan made with the residency of
     the kernel variant that will run it (``plan_for(inline)``: the inline variant holds more
     registers, so it can fit fewer programs per SM and get another split count).
 
-    "kernel" and "inline" plan for their own variant. "auto" plans for the merge-kernel variant
+    ``in_graph``: the call is being captured in a CUDA graph (:func:`merges_inline`). "kernel"
+    and "inline" plan for their own variant. "auto" plans for the merge-kernel variant
     and, where that plan has few enough splits to merge inline, replans for the inline variant;
     it merges inline only if that plan still qualifies, else keeps the first. (Planning the
     inline variant alone once turned batch 8 x 32K at block 1 from 8 splits into 10, 1.2 waves of
@@ -172,9 +178,9 @@ def choose_merge_plan(config, plan_for: Callable[[bool], SplitPlan]) -> tuple[Sp
         plan = plan_for(True)
         return plan, plan.split
     plan = plan_for(False)
-    if mode == "auto" and merges_inline(config, plan.num_splits):
+    if mode == "auto" and merges_inline(config, plan.num_splits, in_graph=in_graph):
         inline_plan = plan_for(True)
-        if merges_inline(config, inline_plan.num_splits):
+        if merges_inline(config, inline_plan.num_splits, in_graph=in_graph):
             return inline_plan, True
     return plan, False
 

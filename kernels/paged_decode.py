@@ -48,7 +48,9 @@ first version (one split per step, then 32) was slower than two launches (batch 
 ms against 0.0416; benchmarks/NOTES-decode.md, rounds 5-6). This one, measured on the H200 (round
 13), is 1.016x the merge kernel at 8 splits (B8 L32K 64/8) but 0.93x at 66 (batch 1 x 32K), where
 one program reads 66 partials in series; so the default, ``merge="auto"``, merges inline up to
-``INLINE_MERGE_MAX_SPLITS`` splits and in the merge kernel beyond.
+``INLINE_MERGE_MAX_SPLITS`` splits and in the merge kernel beyond when a CUDA graph is being
+captured, and inline at every split count when called eagerly, where the host's second launch
+costs more than the merge's GPU time (round 18).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------
@@ -89,6 +91,7 @@ from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, 
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
+    capturing,
     check_call_options,
     checked_once,
     fp8_scales,
@@ -406,7 +409,7 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
                              config.waves, lambda trial: _paged_decode_kernel.warmup(
                                  *args(trial, inline), grid=trial.grid, **_constexprs(key, config, True, inline)))[0]
 
-    plan, inline = choose_merge_plan(config, plan_for)
+    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
     return plan, args(plan, inline), _constexprs(key, config, plan.split, inline), out
 
 

@@ -33,6 +33,7 @@ from kernels.decode_checks import check_int4_inputs, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
+    capturing,
     check_call_options,
     checked_once,
     interpreted,
@@ -263,7 +264,7 @@ def paged_decode_int4(
                              lambda trial: _paged_decode_int4_kernel.warmup(*args(trial, inline), grid=trial.grid,
                                                                             **constexprs(trial, inline)))[0]
 
-    plan, inline = choose_merge_plan(config, plan_for)
+    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
     launch_args, launch_constexprs = args(plan, inline), constexprs(plan, inline)
     _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
     part_out, part_lse = launch_args[8], launch_args[9]

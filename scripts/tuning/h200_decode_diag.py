@@ -5,6 +5,9 @@
 * ``gqa``: the rdq INT4 and FP8 kernels at 32/8 and 64/8 heads (batch 8 x 32K, batch 32 x 16K),
   their default split count and a sweep of others (CUDA-graph medians), with the split and merge
   kernels' own GPU times from the profiler; the bf16 Triton kernel as the baseline.
+* ``splits``: both rdq formats over split counts at every large shape and batch 1 (64/8 heads).
+* ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
+  launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
   not after: what the wrapper costs the CPU), the eager median the harness reports (least of
   three do_bench medians), the CUDA-graph median, and a cProfile of the bf16 wrapper.
@@ -29,6 +32,11 @@ from inputs.uploads import dumps_strict
 GQA_SHAPES = [(8, 32768, 32), (8, 32768, 64), (32, 16384, 32), (32, 16384, 64)]
 EAGER_SHAPES = [(1, 32768, 32), (1, 32768, 64)]
 SPLIT_SWEEP = (4, 8, 12, 16, 24, 32, 48)
+# ``splits``: (batch, context, query heads) and the split counts timed for both rdq formats.
+SPLIT_SHAPES = [((8, 32768, 64), (6, 8, 10, 12, 16, 24, 32, 33)), ((32, 16384, 64), (1, 2, 3, 4, 6, 8)),
+                ((32, 32768, 64), (1, 2, 3, 4, 6, 8)), ((128, 4096, 64), (1, 2, 3, 4)),
+                ((128, 32768, 64), (1, 2, 4)), ((1, 32768, 64), (16, 24, 32, 48, 64, 66, 96, 128)),
+                ((1, 131072, 64), (32, 48, 64, 66, 96, 128))]
 
 
 def _qt(x, k=None, v=None) -> tuple:
@@ -102,6 +110,106 @@ def gqa_rows() -> list[dict]:
     return rows
 
 
+def split_rows() -> list[dict]:
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    for (batch, ctx, hq), counts in SPLIT_SHAPES:
+        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        bf = graph_ms(lambda: paged_decode_attention(*_qt(x), x.lens, validate=False), x.rot.n, 5.0, 30.0)
+        rows.append(dict(part="splits", shape=label, fmt="bf16", splits=None, ms=bf))
+        print(f"{label:<16} bf16 {bf:.4f} ms", flush=True)
+        for fmt in ("int4", "fp8"):
+            k, v, kw = _pools(fmt, x.k, x.v)
+            cfg = default_rdq_config(fmt)
+            default, resident = rdq_plan(x.q[0], k, v, x.tables[0], x.lens, config=cfg)
+            line = []
+            for splits in sorted(set(counts) | {default}):
+                def call(splits=splits):
+                    return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                                            num_splits=splits, **kw)
+                ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+                rows.append(dict(part="splits", shape=label, fmt=fmt, splits=splits, default=splits == default,
+                                 resident=resident, ms=ms, x_bf16=bf / ms))
+                line.append(f"{splits}{'*' if splits == default else ''}:{bf / ms:.3f}")
+            print(f"{label:<16} {fmt} x bf16 by splits  " + "  ".join(line), flush=True)
+        x = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+def _or_error(build):
+    """``build()``, or a call that raises what building raised (reported as that piece's row)."""
+    try:
+        return build()
+    except Exception as exc:  # noqa: BLE001
+        def fail(exc=exc):
+            raise exc
+        return fail
+
+
+def host_rows() -> list[dict]:
+    """Host microseconds of the pieces of one eager call at batch 1 x 32K 32/8: the whole call,
+    the wrapper's preparation, the JIT launch with prepared arguments, and a direct launch of the
+    compiled kernel with the same arguments (no binding, no cache lookup)."""
+    import kernels.paged_decode as pd
+    import kernels.paged_decode_rdq as rdq
+    from kernels.decode_backends import default_rdq_config
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    label, _, x = decode_shape_inputs(1, 32768, 32, memory_share=4)
+    q, k, v, t = _qt(x)
+    rows = []
+
+    def direct(jit, grid, args, constexprs, options):
+        compiled = jit.warmup(*args, grid=grid, **constexprs, **options)
+        compiled._init_handles()
+        values = list(args) + [constexprs[n] if n in constexprs else jit.params[i].default
+                               for i, n in enumerate(jit.arg_names) if i >= len(args)]
+        launch = compiled[grid]
+        return lambda: launch(*values)
+
+    plan, args, constexprs, out = pd._prepare(q, k, v, t, x.lens, None, None, None, None, None, False)
+    opts = {n: constexprs[n] for n in ("num_warps", "num_stages", "maxnreg") if n in constexprs}
+    cx = {n: val for n, val in constexprs.items() if n not in opts}
+    pieces = {
+        "bf16 whole call": lambda: pd.paged_decode_attention(q, k, v, t, x.lens, validate=False),
+        "bf16 _prepare": lambda: pd._prepare(q, k, v, t, x.lens, None, None, None, None, None, False),
+        "bf16 jit launch": lambda: pd._paged_decode_kernel[plan.grid](*args, **constexprs),
+        "bf16 direct launch": _or_error(lambda: direct(pd._paged_decode_kernel, plan.grid, args, cx, opts)),
+        "torch.empty_like(q)": lambda: torch.empty_like(q),
+    }
+    f8k, f8v, kw = _pools("fp8", x.k, x.v)
+    cfg = default_rdq_config("fp8")
+    _, _, rplan, rout, pools, rcx = rdq._prepare(q, f8k, f8v, t, x.lens, kw["k_scale"], kw["v_scale"], None, cfg,
+                                                 False)
+    rargs = rdq._kernel_args(q, *pools, t, x.lens, rout, rplan, 0.1275)
+    pieces.update({
+        "fp8 rdq whole call": lambda: pd.paged_decode_attention(q, f8k, f8v, t, x.lens, validate=False, **kw),
+        "fp8 rdq _prepare": lambda: rdq._prepare(q, f8k, f8v, t, x.lens, kw["k_scale"], kw["v_scale"], None, cfg,
+                                                 False),
+        "fp8 rdq jit launch": lambda: rdq._rdq_decode_kernel[rplan.grid](*rargs, **rcx, **rdq._options(cfg)),
+        "fp8 rdq direct launch": _or_error(lambda: direct(rdq._rdq_decode_kernel, rplan.grid, rargs, rcx,
+                                                          rdq._options(cfg))),
+        "merge_splits launch": lambda: rdq.merge_splits(rargs[8], rargs[9], rout, pdl=False),
+    })
+    for name, fn in pieces.items():
+        try:
+            fn()
+            us = _host_us(fn, 300)
+        except Exception as exc:  # noqa: BLE001 - a piece that cannot run is a row of the report
+            rows.append(dict(part="host", shape=label, piece=name, error=f"{type(exc).__name__}: {exc}"[:300]))
+            print(f"{label:<16} host {name:<24} {rows[-1]['error']}", flush=True)
+            continue
+        rows.append(dict(part="host", shape=label, piece=name, host_us=us))
+        print(f"{label:<16} host {name:<24} {us:7.1f} us", flush=True)
+    return rows
+
+
 def _host_us(fn, n: int = 200) -> float:
     """Median host microseconds of one call that starts on an idle GPU."""
     times = []
@@ -168,7 +276,7 @@ def eager_rows() -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="eager,gqa", help="comma-separated: eager, gqa")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
@@ -179,8 +287,12 @@ def main(argv: list[str] | None = None) -> int:
     if "eager" in parts:
         r, profile_text = eager_rows()
         rows += r
+    if "host" in parts:
+        rows += host_rows()
     if "gqa" in parts:
         rows += gqa_rows()
+    if "splits" in parts:
+        rows += split_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),

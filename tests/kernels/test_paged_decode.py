@@ -157,16 +157,21 @@ def test_pdl_merge_only_where_it_can_run():
         assert pdl_merge(cfg, True, torch.device("cuda")) == hopper
 
 
-def test_auto_merges_inline_for_few_splits_and_in_the_merge_kernel_for_many():
-    """The default ("auto") merges inline up to INLINE_MERGE_MAX_SPLITS splits (faster there on
-    the H200) and in the merge kernel beyond (faster at 66); an unsplit call merges nothing."""
+def test_auto_merges_inline_for_few_splits_in_a_graph_and_always_when_eager():
+    """The default ("auto") merges inline up to INLINE_MERGE_MAX_SPLITS splits inside a CUDA graph
+    (faster there on the H200) and in the merge kernel beyond (faster at 66); called eagerly it
+    merges inline at any count (one launch fewer for a host-bound call); an unsplit call merges
+    nothing."""
     auto = DecodeConfig()
     assert auto.merge == "auto"
-    assert [merges_inline(auto, n) for n in (1, 2, INLINE_MERGE_MAX_SPLITS, INLINE_MERGE_MAX_SPLITS + 1, 66)] == [
-        False, True, True, False, False]
-    assert merges_inline(DecodeConfig(merge="inline"), 66) and not merges_inline(DecodeConfig(merge="inline"), 1)
-    assert not merges_inline(DecodeConfig(merge="kernel"), 2)
-    assert not merges_inline(GluonDecodeConfig(), 2)  # the Gluon kernels have only the merge kernel
+    counts = (1, 2, INLINE_MERGE_MAX_SPLITS, INLINE_MERGE_MAX_SPLITS + 1, 66)
+    assert [merges_inline(auto, n, in_graph=True) for n in counts] == [False, True, True, False, False]
+    assert [merges_inline(auto, n, in_graph=False) for n in counts] == [False, True, True, True, True]
+    for in_graph in (True, False):
+        assert merges_inline(DecodeConfig(merge="inline"), 66, in_graph=in_graph)
+        assert not merges_inline(DecodeConfig(merge="inline"), 1, in_graph=in_graph)
+        assert not merges_inline(DecodeConfig(merge="kernel"), 2, in_graph=in_graph)
+        assert not merges_inline(GluonDecodeConfig(), 2, in_graph=in_graph)  # the Gluon kernels: the merge kernel only
 
 
 def test_each_merge_variant_is_planned_with_its_own_residency():
@@ -184,15 +189,19 @@ def test_each_merge_variant_is_planned_with_its_own_residency():
 
     auto = DecodeConfig()
     plan_for, asked = planner(8, 10)  # the block-1 case: inline's plan no longer qualifies
-    plan, inline = choose_merge_plan(auto, plan_for)
+    plan, inline = choose_merge_plan(auto, plan_for, in_graph=True)
     assert (plan.num_splits, inline, asked) == (8, False, [False, True])
     plan_for, asked = planner(8, 6)  # both qualify: the inline variant with its own plan
-    assert choose_merge_plan(auto, plan_for)[0].num_splits == 6 and choose_merge_plan(auto, plan_for)[1]
+    assert choose_merge_plan(auto, plan_for, in_graph=True) == (SplitPlan(grid=(8, 8, 6), num_splits=6), True)
     plan_for, asked = planner(66, 66)  # batch 1: never asks for the inline variant
-    assert choose_merge_plan(auto, plan_for) == (SplitPlan(grid=(8, 8, 66), num_splits=66), False) and asked == [False]
+    assert choose_merge_plan(auto, plan_for, in_graph=True) == (SplitPlan(grid=(8, 8, 66), num_splits=66), False)
+    assert asked == [False]
+    plan_for, asked = planner(66, 66)  # the same call made eagerly: the inline variant's own plan
+    assert choose_merge_plan(auto, plan_for, in_graph=False) == (SplitPlan(grid=(8, 8, 66), num_splits=66), True)
+    assert asked == [False, True]
     plan_for, asked = planner(66, 1)
-    assert choose_merge_plan(DecodeConfig(merge="inline"), plan_for)[1] is False  # one split: nothing to merge
-    assert choose_merge_plan(DecodeConfig(merge="kernel"), planner(2, 2)[0])[1] is False
+    assert choose_merge_plan(DecodeConfig(merge="inline"), plan_for, in_graph=True)[1] is False  # one split: nothing to merge
+    assert choose_merge_plan(DecodeConfig(merge="kernel"), planner(2, 2)[0], in_graph=True)[1] is False
 
 
 def test_auto_merge_equals_the_merge_kernel_on_both_sides_of_its_threshold():
@@ -537,4 +546,25 @@ def test_gpu_inline_merge_equals_the_merge_kernel_eagerly_and_in_graph_replays(f
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(captured, inline)
+    assert _counters_all_zero(q.device)
+
+
+@pytest.mark.gpu
+@gpu
+def test_gpu_auto_merge_is_inline_eagerly_and_the_merge_kernel_in_a_graph_at_many_splits():
+    """At 66 splits "auto" merges inline when called eagerly (bit-identical to merge="inline")
+    and in the merge kernel inside a capture (its replay bit-identical to merge="kernel")."""
+    q, c = _case([20000, 4096, 999, 1], block_size=16, hq=32, hkv=8, d=128, seed=8, spare=5)
+    auto = DecodeConfig()
+    eager = _run(q, c, num_splits=66, config=auto)
+    assert torch.equal(eager, _run(q, c, num_splits=66, config=DecodeConfig(merge="inline")))
+    kernel = _run(q, c, num_splits=66, config=DecodeConfig(merge="kernel"))
+    _assert_same_up_to_rounding(eager, kernel)
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = _run(q, c, num_splits=66, config=auto, validate=False)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, kernel)
     assert _counters_all_zero(q.device)
