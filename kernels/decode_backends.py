@@ -68,9 +68,11 @@ def default_rdq_config(fmt: str):
     """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
     design (query heads as the MMA's N), timed fastest at the worst large shape on the H200
     (NOTES-decode.md rounds 15-17): INT4 16-token tiles with 3 ring stages (2.28x the bf16 kernel;
-    16x4st 2.23x), FP8 32-token tiles with 3 stages (1.73x; 16x6st 1.72x)."""
+    16x4st 2.23x), FP8 32-token tiles with 3 stages (1.73x; 16x6st 1.72x). Both split for at most
+    one wave (round 18): INT4 of its full residency, FP8 of 4 programs per SM."""
     from kernels.paged_decode_rdq import RdqConfig  # here: that module imports the decode wrappers
 
     if fmt not in ("int4", "fp8"):
         raise ValueError(f"fmt must be 'int4' or 'fp8', got {fmt!r}")
-    return RdqConfig(block_n=16 if fmt == "int4" else 32, num_stages=3, swap_ab=True)
+    return RdqConfig(block_n=16, num_stages=3, swap_ab=True) if fmt == "int4" else \
+        RdqConfig(block_n=32, num_stages=3, swap_ab=True, per_sm=4)

@@ -90,6 +90,21 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+def single_wave_splits(batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, per_sm: int) -> int:
+    """The most splits whose grid fits in one wave of ``per_sm`` programs per SM (at least 1, at
+    most one per 4 tiles and ``MAX_SPLITS``).
+
+    The rdq kernels' rule (one warp per program, benchmarks/NOTES-decode.md round 18): on the
+    H200 their fastest split count at every large shape and at batch 1 was the largest that
+    stays within one wave — INT4 at its full residency (16 per SM: batch 8 x 32K 33 splits, 2.29x
+    the bf16 kernel, against 2.06x at two waves), FP8 at 4 per SM, half its residency (batch 8 x
+    32K 8 splits 1.76x, one full wave 1.71x, two 1.61x): its warps reach the bandwidth with fewer
+    programs, and every split adds a partial to write and merge.
+    """
+    cap = max(1, min(cdiv(max_len, block_n) // 4, MAX_SPLITS))
+    return max(1, min(cap, per_sm * sm_count // (batch * n_kv_heads)))
+
+
 def default_num_splits(
     batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2,
     resident: int = 2,

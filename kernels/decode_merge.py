@@ -25,6 +25,7 @@ import triton.language as tl  # noqa: E402
 
 from kernels.decode_config import MAX_SPLITS, DecodeConfig  # noqa: E402
 from kernels.decode_launch import SplitPlan, interpreted, merge_counters  # noqa: E402
+from kernels.direct_launch import DirectLauncher  # noqa: E402
 
 __all__ = ["merge_splits", "merge_if_last", "pdl_merge", "merges_inline", "choose_merge_plan", "merge_constexprs", "inline_counters",
            "INLINE_MERGE_MAX_SPLITS"]
@@ -211,12 +212,18 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     as its programmatic dependent launch and waits on the device, not behind the stream.
     """
     batch, n_q_heads, num_splits, head_dim = part_out.shape
-    _merge_splits_kernel[(batch, n_q_heads)](
+    _launch_merge_kernel((batch, n_q_heads), (
         part_out, part_lse, out, num_splits,
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
-        out.stride(0), out.stride(1),
-        SPLITS_PAD=triton.next_power_of_2(num_splits), HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl,
-        num_warps=4, **({"launch_pdl": True} if pdl else {}),
-    )
+        out.stride(0), out.stride(1)), _merge_kwargs(triton.next_power_of_2(num_splits), head_dim, pdl))
     return out
+
+
+_launch_merge_kernel = DirectLauncher(_merge_splits_kernel)  # eager calls are host-bound at batch 1
+
+
+@lru_cache(maxsize=64)  # one dict per variant: DirectLauncher keys on its identity
+def _merge_kwargs(splits_pad: int, head_dim: int, pdl: bool) -> dict:
+    return dict(SPLITS_PAD=splits_pad, HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl, num_warps=4,
+                **({"launch_pdl": True} if pdl else {}))

@@ -89,6 +89,7 @@ import triton.language as tl  # noqa: E402
 from kernels.decode_backends import choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
+from kernels.direct_launch import DirectLauncher  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
     capturing,
@@ -297,6 +298,9 @@ def _write_output(
 # ----------------------------------------------------------------------------------------------
 
 
+_launch_split_kernel = DirectLauncher(_paged_decode_kernel)  # eager calls are host-bound at batch 1
+
+
 def paged_decode_attention(
     q: torch.Tensor,
     k_cache: torch.Tensor,
@@ -366,7 +370,7 @@ def paged_decode_attention(
                                 validate=validate)
     plan, launch_args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
                                                   v_scale, num_splits, config, validate)
-    _paged_decode_kernel[plan.grid](*launch_args, **constexprs)
+    _launch_split_kernel(plan.grid, launch_args, constexprs)
     if plan.split and not constexprs["INLINE_MERGE"]:
         merge_splits(launch_args[8], launch_args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out

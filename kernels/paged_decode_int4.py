@@ -21,6 +21,8 @@ Limits: head_dim 32, 64 or 128 (half-width dots need D/2 >= 16); block size a po
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from kernels.runtime import ensure_triton_backend
 
 ensure_triton_backend()  # must run before `import triton`: the interpreter is chosen at decoration
@@ -31,6 +33,7 @@ import triton.language as tl  # noqa: E402
 
 from kernels.decode_checks import check_int4_inputs, check_values  # noqa: E402
 from kernels.decode_config import DecodeConfig  # noqa: E402
+from kernels.direct_launch import DirectLauncher  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
     capturing,
@@ -250,13 +253,7 @@ def paged_decode_int4(
                 *part_strides)
 
     def constexprs(plan: SplitPlan, inline: bool) -> dict:
-        return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-                    PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=plan.split,
-                    DEQUANT=dequant, INTERPRET=interpreted(q.device),
-                    EARLY_MERGE_LAUNCH=pdl_merge(config, plan.split and not inline, q.device),
-                    **merge_constexprs(config, inline, group, head_dim),
-                    num_warps=config.num_warps, num_stages=config.num_stages,
-                    **({} if config.maxnreg is None or interpreted(q.device) else {"maxnreg": config.maxnreg}))
+        return _constexprs(group, head_dim, block_size, config, dequant, plan.split, inline, q.device)
 
     def plan_for(inline: bool) -> SplitPlan:
         return planned_split((key, config, dequant, inline), batch, n_kv_heads, block_tables.shape[1] * block_size,
@@ -266,8 +263,24 @@ def paged_decode_int4(
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
     launch_args, launch_constexprs = args(plan, inline), constexprs(plan, inline)
-    _paged_decode_int4_kernel[plan.grid](*launch_args, **launch_constexprs)
+    _launch_int4_kernel(plan.grid, launch_args, launch_constexprs)
     part_out, part_lse = launch_args[8], launch_args[9]
     if plan.split and not launch_constexprs["INLINE_MERGE"]:
         merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
+
+
+_launch_int4_kernel = DirectLauncher(_paged_decode_int4_kernel)  # eager calls are host-bound at batch 1
+
+
+@lru_cache(maxsize=256)  # one dict per variant: DirectLauncher keys on its identity
+def _constexprs(group: int, head_dim: int, block_size: int, config: DecodeConfig, dequant: int, split: bool,
+                inline: bool, device: torch.device) -> dict:
+    """The INT4 kernel's compile-time values and launch options for one call variant."""
+    return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
+                PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=split,
+                DEQUANT=dequant, INTERPRET=interpreted(device),
+                EARLY_MERGE_LAUNCH=pdl_merge(config, split and not inline, device),
+                **merge_constexprs(config, inline, group, head_dim),
+                num_warps=config.num_warps, num_stages=config.num_stages,
+                **({} if config.maxnreg is None or interpreted(device) else {"maxnreg": config.maxnreg}))

@@ -63,6 +63,7 @@ from kernels.decode_launch import (SplitPlan, check_call_options, checked_once, 
                                    split_buffers)
 from kernels.int4_cache import Int4Pool, scale_words
 from kernels.decode_merge import merge_splits, pdl_merge
+from kernels.direct_launch import DirectLauncher
 from kernels.paged_decode import LOG2_E
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
 from kernels.decode_checks import check_int4_inputs
@@ -90,14 +91,14 @@ _MMA_ROWS = 16  # rows of mma.m16n8k16: the query heads, zero-padded
 class RdqConfig:
     """Launch configuration: ``block_n`` tokens per tile (a multiple of 16: one k-step of p.V),
     ``num_stages`` shared-memory ring slots of code tiles (``num_stages - 1`` tiles in flight
-    ahead of the one in use), ``waves`` whole waves of resident programs the split count aims
-    at, ``maxnreg`` an optional register cap, ``swap_ab`` the swapped products (query heads as
+    ahead of the one in use), ``per_sm`` the programs per SM whose one wave the default split
+    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an optional register cap, ``swap_ab`` the swapped products (query heads as
     the MMA's N: :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
     programmatic dependent launch (Hopper). One warp per program."""
 
     block_n: int = 32
     num_stages: int = 3
-    waves: int = 2
+    per_sm: int | None = None
     maxnreg: int | None = None
     swap_ab: bool = False
     pdl: bool = True
@@ -107,8 +108,9 @@ class RdqConfig:
             raise ValueError(f"block_n must be 16, 32 or 64, got {self.block_n}")
         if not 2 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 2..8, got {self.num_stages}")
-        if self.waves not in (1, 2, 4):
-            raise ValueError(f"waves must be 1, 2 or 4, got {self.waves}")
+        if self.per_sm is not None and (isinstance(self.per_sm, bool) or not isinstance(self.per_sm, int)
+                                        or not 1 <= self.per_sm <= 64):
+            raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
         for flag in ("swap_ab", "pdl"):
@@ -121,7 +123,8 @@ class RdqConfig:
 
     @property
     def name(self) -> str:
-        return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st w{self.waves}"
+        return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
+                + (f" {self.per_sm}/SM" if self.per_sm else "")
                 + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl"))
 
 
@@ -144,7 +147,7 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=4),
     RdqConfig(block_n=32, num_stages=4),
     RdqConfig(block_n=64, num_stages=2),
-    RdqConfig(block_n=16, num_stages=3, waves=4),
+    RdqConfig(block_n=16, num_stages=3),
     RdqConfig(block_n=16, num_stages=4, swap_ab=True),
     RdqConfig(block_n=16, num_stages=3, swap_ab=True),
     RdqConfig(block_n=32, num_stages=3, swap_ab=True),
@@ -351,6 +354,10 @@ if _HAVE_GLUON:
             gl.store(o, out.to(out_ptr.dtype.element_ty), mask=row_ok)
 
 
+# Eager calls are host-bound at batch 1: the Gluon JIT's per-call binding was 60.7 us on the H200 host.
+_launch_rdq_kernel = DirectLauncher(_rdq_decode_kernel) if _HAVE_GLUON else None
+
+
 @functools.lru_cache(maxsize=64)
 def tile_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
     """The K and V code tiles' register layouts (``gl.DistributedLinearLayout``) for one warp;
@@ -358,6 +365,14 @@ def tile_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
     rb = head_dim // 2 if fmt == "int4" else head_dim
     return (gl.DistributedLinearLayout(**k_tile_layout_bases(block_n, rb)),
             gl.DistributedLinearLayout(**v_tile_layout_bases(block_n, rb)))
+
+
+@functools.lru_cache(maxsize=256)  # one dict per variant: DirectLauncher keys on its identity
+def _launch_kwargs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
+                   early_merge: bool) -> dict:
+    """Compile-time values and launch options of one call variant."""
+    return {**_constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split,
+                          early_merge=early_merge), **_options(cfg)}
 
 
 def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
@@ -468,10 +483,11 @@ def rdq_paged_decode(
     sm_scale : float, optional
         Softmax scale; default ``1 / sqrt(head_dim)``.
     num_splits : int, optional
-        Parts each sequence is cut into (split-KV); default: ``config.waves`` whole waves of the
-        programs an SM holds (:func:`kernels.decode_config.default_num_splits`).
+        Parts each sequence is cut into (split-KV); default: the most that fit in one wave of
+        ``config.per_sm`` programs per SM, or of as many as an SM holds
+        (:func:`kernels.decode_config.single_wave_splits`).
     config : RdqConfig, optional
-        Tile, ring depth and waves; default ``RDQ_CONFIGS[0]``.
+        Tile, ring depth and programs per SM; default ``RDQ_CONFIGS[0]``.
     validate : bool
         Check table entries and lengths against the pool (one device-to-host sync).
 
@@ -490,7 +506,7 @@ def rdq_paged_decode(
                                                       num_splits, config, validate)
     args = _kernel_args(q, *pools, block_tables, seq_lens, out, plan,
                         check_call_options(sm_scale, num_splits, q.shape[2]) * LOG2_E)
-    _rdq_decode_kernel[plan.grid](*args, **constexprs, **_options(cfg))
+    _launch_rdq_kernel(plan.grid, args, constexprs)
     if plan.split:
         merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
@@ -506,8 +522,8 @@ def rdq_plan(q: torch.Tensor, k, v, block_tables: torch.Tensor, seq_lens: torch.
 
 def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, config, validate: bool, *,
              plan_only: bool = False) -> tuple:
-    """Checks, the pools as the kernel reads them, the split plan (``config.waves`` whole waves of
-    the compiled kernel's resident programs), the output and the compile-time values of one call."""
+    """Checks, the pools as the kernel reads them, the split plan (at most one wave of
+    ``config.per_sm`` or the compiled kernel's resident programs), the output and the compile-time values of one call."""
     if config is not None and not isinstance(config, RdqConfig):
         raise ValueError(f"config must be an RdqConfig, got {type(config).__name__}")
     tensors = (k.data, k.scales, v.data, v.scales) if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else (k, v)
@@ -529,11 +545,12 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
     out = torch.empty_like(q)
     shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
     plan, resident = planned_split(
-        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, cfg.waves,
+        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,
         lambda trial: _rdq_decode_kernel.warmup(
             *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
-            **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)), **_options(cfg)))
+            **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)), **_options(cfg)),
+        single_wave=True, single_wave_per_sm=cfg.per_sm)
     if plan_only:
         return plan, resident
-    return cfg, fmt, plan, out, pools, _constexprs(cfg, **shape, split=plan.split,
-                                                   early_merge=pdl_merge(cfg, plan.split, q.device))
+    return cfg, fmt, plan, out, pools, _launch_kwargs(cfg, **shape, split=plan.split,
+                                                      early_merge=pdl_merge(cfg, plan.split, q.device))

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from kernels.decode_launch import MIN_MERGE_COUNTERS, SplitPlan, merge_counters
+from kernels.decode_config import MAX_SPLITS, single_wave_splits
 from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, paged_from_contiguous, quantize_fp8
 from kernels.decode_merge import INLINE_MERGE_MAX_SPLITS, choose_merge_plan, merges_inline, pdl_merge
@@ -319,6 +320,23 @@ def test_default_num_splits_fills_the_gpu():
     assert default_num_splits(32, 8, 32768, 128, 132, waves=1) == 2  # 256 or 512: both 97 % full
     assert default_num_splits(128, 8, 32768, 128, 132, waves=1) == 1
 
+
+
+def test_single_wave_splits_are_the_fastest_counts_timed_for_the_rdq_kernels():
+    """The most splits within one wave of ``per_sm`` programs on 132 SMs. Each count here is the
+    fastest the H200 measured for that shape (64/8 heads, NOTES-decode.md round 18): INT4 at its
+    16 resident programs per SM, FP8 at 4."""
+    def int4(batch, context):
+        return single_wave_splits(batch, 8, context, 16, 132, 16)
+
+    def fp8(batch, context):
+        return single_wave_splits(batch, 8, context, 32, 132, 4)
+    # 16 x 132 = 2112 programs: 2112 // 64 = 33, // 256 = 8, // 1024 = 2; batch 1: capped at 128.
+    assert [int4(8, 32768), int4(32, 16384), int4(32, 32768), int4(128, 4096), int4(1, 32768)] == [33, 8, 8, 2, 128]
+    # 4 x 132 = 528: // 64 = 8, // 256 = 2, // 1024 = 0 -> 1, // 8 = 66.
+    assert [fp8(8, 32768), fp8(32, 16384), fp8(128, 4096), fp8(128, 32768), fp8(1, 32768)] == [8, 2, 1, 1, 66]
+    assert single_wave_splits(1, 8, 100, 16, 132, 16) == 1  # 7 tiles: fewer than 4 per split would be needed
+    assert single_wave_splits(1, 1, 1 << 20, 16, 132, 64) == MAX_SPLITS
 
 def test_num_splits_follow_the_resident_programs():
     """A wave is ``resident * SMs`` programs: the bf16 kernel holds 4 per SM on the H200, FP8 3."""

@@ -481,11 +481,14 @@ def test_swapped_heads_and_config_names():
     assert [swapped_heads(g) for g in (1, 4, 8, 9, 16)] == [8, 8, 8, 16, 16]
     with pytest.raises(ValueError, match="1 to 16 query heads"):
         swapped_heads(17)
-    assert RdqConfig(block_n=16, num_stages=4, swap_ab=True).name == "rdq swap 16x4st w2"
-    assert RdqConfig(block_n=16, num_stages=4).name == "rdq 16x4st w2"
-    assert RdqConfig(pdl=False).name == "rdq 32x3st w2 nopdl"
+    assert RdqConfig(block_n=16, num_stages=4, swap_ab=True).name == "rdq swap 16x4st"
+    assert RdqConfig(block_n=16, num_stages=4).name == "rdq 16x4st"
+    assert RdqConfig(pdl=False, per_sm=4).name == "rdq 32x3st 4/SM nopdl"
     with pytest.raises(ValueError, match="swap_ab must be a bool"):
         RdqConfig(swap_ab=1)
+    for bad in (0, 65, True, 2.0):
+        with pytest.raises(ValueError, match="per_sm must be None or an int"):
+            RdqConfig(per_sm=bad)
     names = [c.name for c in RDQ_CONFIGS]
     assert len(set(names)) == len(names)
 
