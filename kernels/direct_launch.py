@@ -69,7 +69,7 @@ class DirectLauncher:
             self._remember(key, grid, args, kwargs)
             return
         _, compiled, tail = entry
-        compiled[grid](*args, *tail)
+        compiled[grid if len(grid) == 3 else (*grid, 1, 1)[:3]](*args, *tail)  # it indexes three dims
 
     def _remember(self, key: tuple, grid: tuple, args: tuple, kwargs: dict) -> None:
         compiled = self.fn.warmup(*args, grid=grid, **kwargs)  # the JIT's cache: nothing is recompiled
