@@ -192,9 +192,8 @@ def host_rows() -> list[dict]:
         "fp8 rdq whole call": lambda: pd.paged_decode_attention(q, f8k, f8v, t, x.lens, validate=False, **kw),
         "fp8 rdq _prepare": lambda: rdq._prepare(q, f8k, f8v, t, x.lens, kw["k_scale"], kw["v_scale"], None, cfg,
                                                  False),
-        "fp8 rdq jit launch": lambda: rdq._rdq_decode_kernel[rplan.grid](*rargs, **rcx, **rdq._options(cfg)),
-        "fp8 rdq direct launch": _or_error(lambda: direct(rdq._rdq_decode_kernel, rplan.grid, rargs, rcx,
-                                                          rdq._options(cfg))),
+        "fp8 rdq jit launch": lambda: rdq._rdq_decode_kernel[rplan.grid](*rargs, **rcx),
+        "fp8 rdq direct launch": _or_error(lambda: direct(rdq._rdq_decode_kernel, rplan.grid, rargs, rcx, {})),
         "merge_splits launch": lambda: rdq.merge_splits(rargs[8], rargs[9], rout, pdl=False),
     })
     for name, fn in pieces.items():
