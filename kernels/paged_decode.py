@@ -377,8 +377,9 @@ def paged_decode_attention(
 
 
 def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_scale, num_splits, config,
-             validate: bool) -> tuple:
-    """Checks, the split plan, the kernel's arguments and compile-time values, and the output."""
+             validate: bool, *, in_graph: bool | None = None) -> tuple:
+    """Checks, the split plan, the kernel's arguments and compile-time values, and the output
+    (``in_graph``: plan as inside a CUDA graph capture or not; default: whether one is under way)."""
     key = signature(q, k_cache, v_cache, block_tables, seq_lens)
     checked_once(key, lambda: (check_shapes(q, k_cache, v_cache, block_tables, seq_lens),
                                check_strides(q, k_cache, v_cache, block_tables, seq_lens)))
@@ -413,15 +414,18 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
                              config.waves, lambda trial: _paged_decode_kernel.warmup(
                                  *args(trial, inline), grid=trial.grid, **_constexprs(key, config, True, inline)))[0]
 
-    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
+    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
     return plan, args(plan, inline), _constexprs(key, config, plan.split, inline), out
 
 
 def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                      seq_lens: torch.Tensor, *, config: DecodeConfig | None = None) -> int:
-    """The split count :func:`paged_decode_attention` would use for this call (nothing is
-    launched; on a GPU the split kernel is compiled, as the call itself would)."""
-    plan = _prepare(q, k_cache, v_cache, block_tables, seq_lens, None, None, None, None, config, False)[0]
+                      seq_lens: torch.Tensor, *, config: DecodeConfig | None = None, in_graph: bool = False) -> int:
+    """The split count :func:`paged_decode_attention` would use for this call, made eagerly or
+    (``in_graph``) inside a CUDA graph capture, where "auto" may merge otherwise and so plan
+    for another kernel variant (nothing is launched; on a GPU the split kernel is compiled, as
+    the call itself would)."""
+    plan = _prepare(q, k_cache, v_cache, block_tables, seq_lens, None, None, None, None, config, False,
+                    in_graph=in_graph)[0]
     return plan.num_splits
 
 

@@ -186,7 +186,8 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     splits = 0
     try:
         x = _decode_inputs(shape, n_rot, seed)
-        splits = decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens)  # the bf16 kernel's split count
+        # The bf16 kernel's split count, as the timed calls plan it (graph replays plan apart).
+        splits = decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, in_graph=config.cuda_graphs)
         for name, contender in DECODE.items():  # the table's order is the report's
             if name in wanted:
                 results.append(_bench_decode_contender(contender, x, m_args))

@@ -32,20 +32,21 @@ TARGET_LIMITS: dict[str, str] = {
         "PDL merge were tried: 0.93-0.95x of cuDNN.",
     "decode_fp8_vs_bf16":
         "On Hopper FP8 runs the register-dequant warp-MMA kernel (e4m3 converted in registers straight "
-        "into 16x8 MMA operands, query heads as the MMA's N, query in fp16); below the target it is "
-        "held by its instructions per token and by its ring's 128-byte rows, which leave 8 programs "
-        "per SM. Elsewhere the Triton kernel runs, whose byte-wise V loads into the MMA layout keep "
-        "it near 1.4x.",
+        "into 16x8 MMA operands, query heads as the MMA's N, query in fp16), split for one wave of 4 "
+        "programs per SM; below the target it is held by its instructions per token and by the split "
+        "count (two waves cost 9 % at batch 8 x 32K). Elsewhere the Triton kernel runs, whose byte-wise "
+        "V loads into the MMA layout keep it near 1.4x.",
     "decode_int4_vs_bf16":
         "On Hopper INT4 runs the register-dequant warp-MMA kernel (codes dequantised in registers into "
-        "16x8 MMA operands); it moves about half of HBM's bandwidth because it is instruction-bound, "
-        "~28 instructions per token for copies, addresses, dequantisation and the softmax, and more "
+        "16x8 MMA operands); it moves about 60 % of HBM's bandwidth because it is instruction-bound, "
+        "~22 instructions per token for copies, addresses, dequantisation and the softmax, and more "
         "warps per SM (register caps) were slower. Elsewhere the Triton kernel (0.84x) runs, which "
         "unpacks every value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
-        "What an eager call costs above a CUDA-graph replay is the host's Python and launch path for "
-        "the split kernel and its merge (the merge goes out early as a PDL dependent on Hopper); it "
-        "varies several-fold with the host's load.",
+        "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "
+        "eager calls merge inside the split kernel (one launch) and launch the compiled kernel "
+        "directly after their first call, so what remains is the wrapper's checks and planning, "
+        "which vary several-fold with the host's load.",
     "prefill_vs_flash_causal":
         "The tiled forward is compute-bound; below the target its tile shape or pipeline depth does not "
         "keep the tensor cores busy at this N.",
