@@ -152,6 +152,8 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=3, swap_ab=True),
     RdqConfig(block_n=32, num_stages=3, swap_ab=True),
     RdqConfig(block_n=16, num_stages=6, swap_ab=True),
+    RdqConfig(block_n=32, num_stages=3, swap_ab=True, per_sm=4),
+    RdqConfig(block_n=16, num_stages=6, swap_ab=True, per_sm=4),
 )
 
 if _HAVE_GLUON:
