@@ -92,12 +92,9 @@ class RdqConfig:
     """Launch configuration: ``block_n`` tokens per tile (a multiple of 16: one k-step of p.V),
     ``num_stages`` shared-memory ring slots of code tiles (``num_stages - 1`` tiles in flight
     ahead of the one in use), ``per_sm`` the programs per SM whose one wave the default split
-    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an
-    optional register cap, ``swap_ab`` the swapped products (query heads as the MMA's N:
-    :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
-    programmatic dependent launch (Hopper), ``int8_qk`` (INT4 in the swapped design; FP8 ignores
-    it) q.k as an int8 MMA of the unpacked codes and a query rounded to int8 per head, instead of
-    fp16 values of both. One warp per program."""
+    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an optional register cap, ``swap_ab`` the swapped products (query heads as
+    the MMA's N: :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
+    programmatic dependent launch (Hopper). One warp per program."""
 
     block_n: int = 32
     num_stages: int = 3
@@ -105,7 +102,6 @@ class RdqConfig:
     maxnreg: int | None = None
     swap_ab: bool = False
     pdl: bool = True
-    int8_qk: bool = False
 
     def __post_init__(self) -> None:
         if self.block_n not in (16, 32, 64):
@@ -117,11 +113,9 @@ class RdqConfig:
             raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
-        for flag in ("swap_ab", "pdl", "int8_qk"):
+        for flag in ("swap_ab", "pdl"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
-        if self.int8_qk and not self.swap_ab:
-            raise ValueError("int8_qk needs swap_ab=True (the swapped design)")
 
     @property
     def num_warps(self) -> int:
@@ -131,8 +125,7 @@ class RdqConfig:
     def name(self) -> str:
         return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
                 + (f" {self.per_sm}/SM" if self.per_sm else "")
-                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl")
-                + (" i8qk" if self.int8_qk else ""))
+                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl"))
 
 
 # Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
@@ -161,9 +154,6 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=6, swap_ab=True),
     RdqConfig(block_n=32, num_stages=3, swap_ab=True, per_sm=4),
     RdqConfig(block_n=16, num_stages=6, swap_ab=True, per_sm=4),
-    RdqConfig(block_n=16, num_stages=3, swap_ab=True, int8_qk=True),
-    RdqConfig(block_n=16, num_stages=4, swap_ab=True, int8_qk=True),
-    RdqConfig(block_n=32, num_stages=3, swap_ab=True, int8_qk=True),
 )
 
 if _HAVE_GLUON:
@@ -199,7 +189,6 @@ if _HAVE_GLUON:
         STAGES: gl.constexpr,  # shared-memory ring slots of code tiles (STAGES - 1 tiles in flight)
         SPLIT: gl.constexpr,  # write partials + lse for the merge kernel instead of the output
         SWAP_AB: gl.constexpr,  # heads as the MMA's N (kernels.rdq_swap) instead of its M
-        INT8_QK: gl.constexpr,  # INT4, swapped: q.k as an int8 MMA of the codes and an int8 query
         EARLY_MERGE_LAUNCH: gl.constexpr,  # let the merge kernel (a PDL dependent) start now
         k_layout: gl.constexpr,  # the K code tile's register layout (tile_layouts)
         v_layout: gl.constexpr,  # the V code tile's
@@ -241,7 +230,7 @@ if _HAVE_GLUON:
                            seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
                            stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                            stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
-                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, INT8_QK)
+                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
         else:
             _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
                          table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
@@ -395,8 +384,7 @@ def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_si
     if cfg.swap_ab:
         swapped_heads(group)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
-                STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab, INT8_QK=cfg.int8_qk and fmt == "int4",
-                EARLY_MERGE_LAUNCH=early_merge,
+                STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab, EARLY_MERGE_LAUNCH=early_merge,
                 k_layout=k_layout, v_layout=v_layout,
                 ring_layout=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
 

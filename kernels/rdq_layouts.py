@@ -28,9 +28,9 @@ importable anywhere; the kernel's layouts are built from these lists.
 
 from __future__ import annotations
 
-__all__ = ["k_physical_byte", "k8_physical_byte", "v_physical_byte", "INT4_K_ELEMENT_BYTE", "FP8_K_ELEMENT_BYTE",
-           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_K8_PTX", "INT4_V_PTX", "FP8_K_PTX",
-           "FP8_V_PTX", "MOVMATRIX_PTX", "p_transpose_reshape"]
+__all__ = ["k_physical_byte", "v_physical_byte", "INT4_K_ELEMENT_BYTE", "FP8_K_ELEMENT_BYTE",
+           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX",
+           "MOVMATRIX_PTX", "p_transpose_reshape"]
 
 # Which byte of a 32-bit code word the m-th value a K conversion returns comes from. INT4: the
 # nibble trick masks bytes 0 and 2 of a word (then of the word shifted right by 8: bytes 1 and
@@ -138,30 +138,6 @@ fma.rn.f16x2 $5, $5, k16, km72;
 fma.rn.f16x2 $6, $6, k16, km72;
 fma.rn.f16x2 $7, $7, k16, km72;
 }"""
-
-# INT4 K for the int8 q.k MMA: one word of four code bytes ($2) -> the low nibbles ($0) and the
-# high nibbles ($1) of bytes 0..3, each as four unsigned int8 codes 0..15 (the -8 offset is
-# taken off the int32 scores: sum (c - 8) q = sum c q - 8 sum q).
-INT4_K8_PTX = """{
-.reg .b32 w4;
-shr.b32 w4, $2, 4;
-and.b32 $0, $2, 0x0F0F0F0F;
-and.b32 $1, w4, 0x0F0F0F0F;
-}"""
-
-
-def k8_physical_byte(k: int) -> int:
-    """Byte of a token's INT4 code row (its nibble half: the low nibbles are dims 0..63, the
-    high ones 64..127) that logical index ``k`` of the int8 q.k product reads.
-
-    ``k = 32 s + 16 h + 4 t + e``: the int8 A fragment of ``mma.m16n8k32`` gives lane ``t`` k
-    columns ``4t .. 4t+3`` (``h = 0``) and ``16 + 4t ..`` (``h = 1``) of k-step ``s``; lane ``t``
-    holds bytes ``16 t .. 16 t + 15`` of its rows, word ``w = 2 s + h`` of them, byte ``e`` of the
-    word.
-    """
-    s, h, t, e = k >> 5, (k >> 4) & 1, (k >> 2) & 3, k & 3
-    return 16 * t + 4 * (2 * s + h) + e
-
 
 # FP8 K: four e4m3 bytes ($2) -> fp16 pairs of bytes (0, 1) and (2, 3), in order.
 FP8_K_PTX = """{

@@ -76,7 +76,6 @@ class RdqSm90Build:
     shared_bytes: int  # dynamic shared memory per program (the code ring + the query's layout change)
     resident_per_sm: int  # programs (= warps) an SM holds
     mma_sync: int  # mma.sync.aligned.m16n8k16 f16 x f16 -> f32 in the PTX (all in the loop body)
-    mma_s8: int  # mma.sync.aligned.m16n8k32(.satfinite) s8 x s8 -> s32 (the int8 q.k variant's K Q^T)
     mma_other: int  # any other mma (none expected)
     cp_async: dict  # copy width (bytes) -> cp.async count
     shared_loads: dict  # load width (bytes) -> ld.shared count
@@ -158,8 +157,7 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
         sass = subprocess.run([str(Path(nvidia_backend.__file__).parent / "bin" / "cuobjdump"), "-sass", str(path)],
                               capture_output=True, text=True, check=True, timeout=120).stdout
     loop = _loop_body(ptx)
-    mma = re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col(?:\.satfinite)?\.(\w+)\.(\w+)\.(\w+)\.(\w+)",
-                     ptx)
+    mma = re.findall(r"mma\.sync\.aligned\.(m\d+n\d+k\d+)\.row\.col\.(\w+)\.(\w+)\.(\w+)\.(\w+)", ptx)
     ops, skippable = _sass_loop(sass)
     shared = int(kernel.metadata.shared)
     return RdqSm90Build(
@@ -168,9 +166,7 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
         resident_per_sm=resident_programs(registers_per_thread=registers, shared_bytes=shared,
                                           num_warps=cfg.num_warps),
         mma_sync=sum(m == ("m16n8k16", "f32", "f16", "f16", "f32") for m in mma),
-        mma_s8=sum(m == ("m16n8k32", "s32", "s8", "s8", "s32") for m in mma),
-        mma_other=sum(m not in (("m16n8k16", "f32", "f16", "f16", "f32"), ("m16n8k32", "s32", "s8", "s8", "s32"))
-                      for m in mma),
+        mma_other=sum(m != ("m16n8k16", "f32", "f16", "f16", "f32") for m in mma),
         cp_async={int(n, 0): len(re.findall(
             r"cp\.async\.c[ga]\.shared\.global(?:\.L2::\d+B)?\s*\[[^\]]+\],\s*\[[^\]]+\],\s*" + n + r"\b", ptx))
             for n in sorted(set(re.findall(

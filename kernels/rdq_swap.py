@@ -32,15 +32,15 @@ the row design). Everything else as :mod:`kernels.paged_decode_rdq`.
 from __future__ import annotations
 
 from kernels.paged_decode_gluon import _HAVE_GLUON
-from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K8_PTX, INT4_K_PTX, INT4_V_PTX, MOVMATRIX_PTX
+from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, MOVMATRIX_PTX
 
 if _HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (k8_logical, k_logical, load_scales, next_codes, output_dims, query_dims,
-                                   query_dims8, scale_halves, token_pairs, v_logical)
+    from kernels.rdq_tiles import (k_logical, load_scales, next_codes, output_dims, query_dims, scale_halves,
+                                   token_pairs, v_logical)
 
 __all__ = ["attend_swapped", "swapped_heads"]
 
@@ -55,7 +55,6 @@ def swapped_heads(group: int) -> int:
 
 if _HAVE_GLUON:
     _INT4_K_ASM = gl.constexpr(INT4_K_PTX)
-    _INT4_K8_ASM = gl.constexpr(INT4_K8_PTX)
     _INT4_V_ASM = gl.constexpr(INT4_V_PTX)
     _FP8_K_ASM = gl.constexpr(FP8_K_PTX)
     _FP8_V_ASM = gl.constexpr(FP8_V_PTX)
@@ -78,28 +77,6 @@ if _HAVE_GLUON:
         """One code half's ``Q^T [RB, HEADS]``, scaled and rounded once to fp16, as the B operand."""
         return gl.convert_layout((gl.load(q_ptrs, mask=q_mask, other=0.0).to(gl.float32) * q_scale).to(gl.float16),
                                  b_op)
-
-    @gluon.jit
-    def _query_int8(q_head_ptrs, q_mask, q_scale, RB: gl.constexpr, q_layout: gl.constexpr, b8: gl.constexpr,
-                    head_layout: gl.constexpr):
-        """The int8 q.k product's query: both nibble halves' ``Q^T [RB, HEADS]`` (dims in
-        :func:`kernels.rdq_tiles.query_dims8` order) times ``q_scale``, rounded to int8 with one
-        step per head (its largest magnitude over all dims / 127), as B operands; the step and
-        ``8 sum q`` of each half per head (int32), which the scores subtract for the codes' -8."""
-        dims = query_dims8(gl.arange(0, RB, layout=gl.SliceLayout(1, q_layout)))
-        ptrs = q_head_ptrs + gl.expand_dims(dims, 1)
-        q_lo = gl.load(ptrs, mask=q_mask, other=0.0).to(gl.float32) * q_scale
-        q_hi = gl.load(ptrs + RB, mask=q_mask, other=0.0).to(gl.float32) * q_scale
-        big = gl.maximum(gl.max(gl.abs(q_lo), axis=0), gl.max(gl.abs(q_hi), axis=0))
-        step = gl.where(big > 0.0, big / 127.0, 1.0)
-        inv = gl.expand_dims(1.0 / step, 0)
-        r_lo = gl.floor(q_lo * inv + 0.5)  # in -127..127: |q| / step <= 127
-        r_hi = gl.floor(q_hi * inv + 0.5)
-        corr_lo = gl.convert_layout((gl.sum(r_lo, axis=0) * 8.0).to(gl.int32), head_layout)
-        corr_hi = gl.convert_layout((gl.sum(r_hi, axis=0) * 8.0).to(gl.int32), head_layout)
-        return (gl.convert_layout(r_lo.to(gl.int8), b8), gl.convert_layout(r_hi.to(gl.int8), b8),
-                gl.expand_dims(gl.convert_layout(step, head_layout), 0), gl.expand_dims(corr_lo, 0),
-                gl.expand_dims(corr_hi, 0))
 
     @gluon.jit
     def _store_swapped(acc, m_i, l_i, seq, split, kv_head, out_ptr, part_out_ptr, part_lse_ptr, stride_ob,
@@ -131,7 +108,7 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, INT8_QK: gl.constexpr = False):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's)."""
         HEADS: gl.constexpr = 8 if GROUP <= 8 else 16
@@ -155,17 +132,9 @@ if _HAVE_GLUON:
             q_scale = qk_scale
         else:
             q_scale = qk_scale * gl.load(k_scales_ptr + kv_head)
-        if INT8_QK:
-            a8: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-            b8: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=mma, k_width=4)
-            qt_lo, qt_hi, q_step, corr_lo, corr_hi = _query_int8(
-                q_ptr + seq.to(gl.int64) * stride_qb + gl.expand_dims((kv_head * GROUP + cols) * stride_qh, 0),
-                q_mask, q_scale, RB, q_layout, b8, head_layout)
-            s_zero_i = gl.zeros([BLOCK_N, HEADS], gl.int32, mma)
-        else:
-            qt_lo = _query_t(q_ptrs, q_mask, q_scale, b_op)
-            if INT4:
-                qt_hi = _query_t(q_ptrs + RB, q_mask, q_scale, b_op)
+        qt_lo = _query_t(q_ptrs, q_mask, q_scale, b_op)
+        if INT4:
+            qt_hi = _query_t(q_ptrs + RB, q_mask, q_scale, b_op)
 
         m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=head_layout)
         l_acc = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)  # per-lane partial sums, reduced after the loop
@@ -184,22 +153,13 @@ if _HAVE_GLUON:
                                                         PAGE_SIZE, BLOCK_N, token_layout), token_layout)
                 vs_lo, vs_hi = scale_halves(load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst,
                                                         PAGE_SIZE, BLOCK_N, token_layout), token_layout)
-                if INT8_QK:
-                    c_lo, c_hi = gl.inline_asm_elementwise(_INT4_K8_ASM, "=r,=r,r", [kc], dtype=(gl.int8, gl.int8),
-                                                           is_pure=True, pack=4)
-                    s_lo = mma_v2(gl.convert_layout(k8_logical(c_lo, BLOCK_N, RB), a8), qt_lo, s_zero_i)
-                    s_hi = mma_v2(gl.convert_layout(k8_logical(c_hi, BLOCK_N, RB), a8), qt_hi, s_zero_i)
-                    # sum (c - 8) q: the codes' offset comes off the exact int32 sums.
-                    s = ((s_lo - corr_lo).to(gl.float32) * gl.expand_dims(ks_lo, 1)
-                         + (s_hi - corr_hi).to(gl.float32) * gl.expand_dims(ks_hi, 1)) * q_step
-                else:
-                    k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc],
-                                                           dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-                    s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
-                                  s_zero)
-                    s_hi = mma_v2(gl.convert_layout(gl.permute(k_logical(k_hi, BLOCK_N, RB), (1, 0)), a_op), qt_hi,
-                                  s_zero)
-                    s = s_lo * gl.expand_dims(ks_lo, 1) + s_hi * gl.expand_dims(ks_hi, 1)
+                k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc],
+                                                       dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
+                s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
+                              s_zero)
+                s_hi = mma_v2(gl.convert_layout(gl.permute(k_logical(k_hi, BLOCK_N, RB), (1, 0)), a_op), qt_hi,
+                              s_zero)
+                s = s_lo * gl.expand_dims(ks_lo, 1) + s_hi * gl.expand_dims(ks_hi, 1)
             else:
                 k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True, pack=4)
                 s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo, s_zero)

@@ -16,7 +16,7 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "k8_logical", "query_dims8", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "load_scales",
+__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "load_scales",
            "code_offsets",
            "tile_page", "query_dims", "output_dims"]
 
@@ -28,20 +28,6 @@ if _HAVE_GLUON:
         (:func:`kernels.rdq_layouts.k_physical_byte`)."""
         x = gl.reshape(x, [BLOCK_N, 4, RB // 16, 2, 2])
         return gl.reshape(gl.permute(x, (2, 3, 1, 4, 0)), [RB, BLOCK_N])
-
-    @gluon.jit
-    def k8_logical(x, BLOCK_N: gl.constexpr, RB: gl.constexpr):
-        """``[BLOCK_N, RB]`` int8 codes of one nibble half (lane ``t``'s 16 bytes, word ``w = 2 s
-        + h``, byte ``e``) -> the ``[BLOCK_N, RB]`` A operand of the int8 q.k MMA with ``k = 32 s
-        + 16 h + 4 t + e`` (:func:`kernels.rdq_layouts.k8_physical_byte`)."""
-        x = gl.reshape(x, [BLOCK_N, 4, 2, 2, 4])
-        return gl.reshape(gl.permute(x, (0, 2, 3, 1, 4)), [BLOCK_N, RB])
-
-    @gluon.jit
-    def query_dims8(k):
-        """Physical dim (within a nibble half) of logical int8 q.k index ``k``: the kernel's copy
-        of :func:`kernels.rdq_layouts.k8_physical_byte`."""
-        return 16 * ((k >> 2) & 3) + 4 * (2 * (k >> 5) + ((k >> 4) & 1)) + (k & 3)
 
     @gluon.jit
     def v_logical(x0, x1, BLOCK_N: gl.constexpr, RB: gl.constexpr):
