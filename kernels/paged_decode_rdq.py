@@ -92,9 +92,11 @@ class RdqConfig:
     """Launch configuration: ``block_n`` tokens per tile (a multiple of 16: one k-step of p.V),
     ``num_stages`` shared-memory ring slots of code tiles (``num_stages - 1`` tiles in flight
     ahead of the one in use), ``per_sm`` the programs per SM whose one wave the default split
-    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an optional register cap, ``swap_ab`` the swapped products (query heads as
-    the MMA's N: :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
-    programmatic dependent launch (Hopper). One warp per program."""
+    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an
+    optional register cap, ``swap_ab`` the swapped products (query heads as the MMA's N:
+    :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
+    programmatic dependent launch (Hopper), ``ring_scales`` (INT4, swapped) the scale words
+    copied through the ring with their codes instead of loaded in the loop. One warp per program."""
 
     block_n: int = 32
     num_stages: int = 3
@@ -102,6 +104,7 @@ class RdqConfig:
     maxnreg: int | None = None
     swap_ab: bool = False
     pdl: bool = True
+    ring_scales: bool = False
 
     def __post_init__(self) -> None:
         if self.block_n not in (16, 32, 64):
@@ -113,7 +116,7 @@ class RdqConfig:
             raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
-        for flag in ("swap_ab", "pdl"):
+        for flag in ("swap_ab", "pdl", "ring_scales"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
@@ -125,7 +128,8 @@ class RdqConfig:
     def name(self) -> str:
         return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
                 + (f" {self.per_sm}/SM" if self.per_sm else "")
-                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl"))
+                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl")
+                + (" ring-scales" if self.ring_scales else ""))
 
 
 # Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
@@ -154,6 +158,8 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=6, swap_ab=True),
     RdqConfig(block_n=32, num_stages=3, swap_ab=True, per_sm=4),
     RdqConfig(block_n=16, num_stages=6, swap_ab=True, per_sm=4),
+    RdqConfig(block_n=16, num_stages=3, swap_ab=True, ring_scales=True),
+    RdqConfig(block_n=16, num_stages=4, swap_ab=True, ring_scales=True),
 )
 
 if _HAVE_GLUON:
@@ -189,6 +195,7 @@ if _HAVE_GLUON:
         STAGES: gl.constexpr,  # shared-memory ring slots of code tiles (STAGES - 1 tiles in flight)
         SPLIT: gl.constexpr,  # write partials + lse for the merge kernel instead of the output
         SWAP_AB: gl.constexpr,  # heads as the MMA's N (kernels.rdq_swap) instead of its M
+        RING_SCALES: gl.constexpr,  # INT4, swapped: scale words through the ring with their codes
         EARLY_MERGE_LAUNCH: gl.constexpr,  # let the merge kernel (a PDL dependent) start now
         k_layout: gl.constexpr,  # the K code tile's register layout (tile_layouts)
         v_layout: gl.constexpr,  # the V code tile's
@@ -219,10 +226,25 @@ if _HAVE_GLUON:
         # scalar base per tile.
         k_offs = code_offsets(stride_kt, PAGE_SIZE, BLOCK_N, RB, k_layout)
         v_offs = code_offsets(stride_vt, PAGE_SIZE, BLOCK_N, RB, v_layout)
-        for t in gl.static_range(STAGES - 1):
-            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
-                        v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
-                        v_layout)
+        # The swapped design's S^T rows: where its scale words are read (and, RING_SCALES, copied).
+        scale_layout: gl.constexpr = gl.SliceLayout(1, gl.NVMMADistributedLayout(
+            version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8]))
+        if RING_SCALES:
+            words: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # per slot
+            ks_ring = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], words)
+            vs_ring = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], words)
+            for t in gl.static_range(STAGES - 1):
+                issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
+                            v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
+                            v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst, stride_vsb,
+                            stride_vst, True, scale_layout)
+        else:
+            ks_ring = k_ring  # not read
+            vs_ring = v_ring
+            for t in gl.static_range(STAGES - 1):
+                issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
+                            v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
+                            v_layout)
 
         if SWAP_AB:
             attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
@@ -230,7 +252,7 @@ if _HAVE_GLUON:
                            seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
                            stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                            stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
-                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout)
+                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, ks_ring, vs_ring, RING_SCALES)
         else:
             _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
                          table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
@@ -384,7 +406,8 @@ def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_si
     if cfg.swap_ab:
         swapped_heads(group)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
-                STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab, EARLY_MERGE_LAUNCH=early_merge,
+                STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab,
+                RING_SCALES=cfg.ring_scales and cfg.swap_ab and fmt == "int4", EARLY_MERGE_LAUNCH=early_merge,
                 k_layout=k_layout, v_layout=v_layout,
                 ring_layout=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
 
@@ -395,8 +418,11 @@ def _options(cfg: RdqConfig) -> dict:
 
 
 def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str) -> int:
-    """Shared memory of the code ring (bytes): a K and a V tile of ``block_n`` code rows per stage."""
-    return 2 * cfg.num_stages * cfg.block_n * (head_dim // 2 if fmt == "int4" else head_dim)
+    """Shared memory of the code ring (bytes): a K and a V tile of ``block_n`` code rows per stage
+    (and with ``ring_scales``, INT4 swapped, their 4-byte scale words)."""
+    scales = 2 * 4 if cfg.ring_scales and cfg.swap_ab and fmt == "int4" else 0
+    return 2 * cfg.num_stages * cfg.block_n * (head_dim // 2 if fmt == "int4" else head_dim) \
+        + cfg.num_stages * cfg.block_n * scales
 
 
 def rdq_available() -> bool:

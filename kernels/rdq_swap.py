@@ -39,8 +39,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (k_logical, load_scales, next_codes, output_dims, query_dims, scale_halves,
-                                   token_pairs, v_logical)
+    from kernels.rdq_tiles import (k_logical, load_scales, next_codes, next_codes_and_scales, output_dims,
+                                   query_dims, scale_halves, token_pairs, v_logical)
 
 __all__ = ["attend_swapped", "swapped_heads"]
 
@@ -108,9 +108,10 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
-        kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's)."""
+        kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
+        ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
         HEADS: gl.constexpr = 8 if GROUP <= 8 else 16
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -145,14 +146,23 @@ if _HAVE_GLUON:
         slot = 0  # ring slot of tile j
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
-            kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot, k_offs,
-                                      v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, STAGES,
-                                      INT4, k_layout, v_layout)
+            if RING_SCALES:
+                kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
+                    k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring, vs_ring,
+                    tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb,
+                    stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout, v_layout, token_layout)
+            else:
+                kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot, k_offs,
+                                          v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
+                                          STAGES, INT4, k_layout, v_layout)
             if INT4:
-                ks_lo, ks_hi = scale_halves(load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst,
-                                                        PAGE_SIZE, BLOCK_N, token_layout), token_layout)
-                vs_lo, vs_hi = scale_halves(load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst,
-                                                        PAGE_SIZE, BLOCK_N, token_layout), token_layout)
+                if not RING_SCALES:
+                    ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,
+                                           BLOCK_N, token_layout)
+                    vs_words = load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst, PAGE_SIZE,
+                                           BLOCK_N, token_layout)
+                ks_lo, ks_hi = scale_halves(ks_words, token_layout)
+                vs_lo, vs_hi = scale_halves(vs_words, token_layout)
                 k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc],
                                                        dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
                 s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo,

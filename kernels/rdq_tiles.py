@@ -16,7 +16,7 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "load_scales",
+__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales", "load_scales",
            "code_offsets",
            "tile_page", "query_dims", "output_dims"]
 
@@ -110,11 +110,27 @@ if _HAVE_GLUON:
         async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=gl.expand_dims(live, 1))
 
     @gluon.jit
+    def _copy_scales(head_ptr, table_ptr, ring, slot, tile_start, end, page, stride_b, stride_t,
+                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        """Start the cp.async copies of a tile's INT4 scale words into ring slot ``slot`` (zeros
+        past ``end``), each lane copying the words it reads back in ``layout``."""
+        rows = gl.arange(0, BLOCK_N, layout=layout)
+        if PAGE_SIZE >= BLOCK_N:
+            ptrs = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t) + rows * stride_t
+        else:
+            pages = _row_pages(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
+            ptrs = head_ptr + pages * stride_b + (rows % PAGE_SIZE) * stride_t
+        async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=rows < end - tile_start)
+
+    @gluon.jit
     def issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, k_offs, v_offs,
                     stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-                    INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+                    INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr, ks_head_ptr=None,
+                    vs_head_ptr=None, ks_ring=None, vs_ring=None, stride_ksb=0, stride_kst=0, stride_vsb=0,
+                    stride_vst=0, RING_SCALES: gl.constexpr = False, scale_layout: gl.constexpr = None):
         """One tile's K and V code copies as one commit group (``k_offs``/``v_offs``:
-        :func:`code_offsets`); one table load for both with pages of at least a tile."""
+        :func:`code_offsets`); one table load for both with pages of at least a tile. With
+        ``RING_SCALES`` the tile's INT4 scale words ride in the same group into their own rings."""
         page = 0
         if PAGE_SIZE >= BLOCK_N:
             page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
@@ -122,6 +138,11 @@ if _HAVE_GLUON:
                     PAGE_SIZE, BLOCK_N, False, k_layout)
         _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, page, v_offs, stride_vb, stride_vt,
                     PAGE_SIZE, BLOCK_N, not INT4, v_layout)
+        if RING_SCALES:
+            _copy_scales(ks_head_ptr, table_ptr, ks_ring, slot, tile_start, end, page, stride_ksb, stride_kst,
+                         PAGE_SIZE, BLOCK_N, scale_layout)
+            _copy_scales(vs_head_ptr, table_ptr, vs_ring, slot, tile_start, end, page, stride_vsb, stride_vst,
+                         PAGE_SIZE, BLOCK_N, scale_layout)
         async_copy.commit_group()
 
     @gluon.jit
@@ -141,6 +162,27 @@ if _HAVE_GLUON:
         kc = k_ring.index(slot).load(k_layout)
         vc = v_ring.index(slot).load(v_layout)
         return kc, vc, gl.where(slot == STAGES - 1, 0, slot + 1)
+
+    @gluon.jit
+    def next_codes_and_scales(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
+                              vs_ring, tile_start, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb,
+                              stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE: gl.constexpr,
+                              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, k_layout: gl.constexpr,
+                              v_layout: gl.constexpr, scale_layout: gl.constexpr):
+        """:func:`next_codes` for INT4 with the scale words in rings of their own: the tile's
+        code tiles, its K and V scale words (in ``scale_layout``, as each lane copied them) and
+        the next slot; the scales arrive with the codes instead of by a load the loop waits on."""
+        refill = gl.where(slot == 0, STAGES - 1, slot - 1)
+        issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
+                    refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, True,
+                    k_layout, v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst,
+                    stride_vsb, stride_vst, True, scale_layout)
+        async_copy.wait_group(STAGES - 1)
+        kc = k_ring.index(slot).load(k_layout)
+        vc = v_ring.index(slot).load(v_layout)
+        ks = ks_ring.index(slot).load(scale_layout)
+        vs = vs_ring.index(slot).load(scale_layout)
+        return kc, vc, ks, vs, gl.where(slot == STAGES - 1, 0, slot + 1)
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
