@@ -1,14 +1,14 @@
 """Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
 they were measured with.
 
-Two kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 14-18 and run 8, H200
+Two kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 14-19 and run 9, H200
 CUDA-graph medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x context
 >= 256K):
 
 * the Triton kernels of :mod:`kernels.paged_decode` (FP8: 1.39x) and
   :mod:`kernels.paged_decode_int4` (0.84x) run everywhere, the interpreter included;
 * the register-dequant warp-MMA kernel (:mod:`kernels.paged_decode_rdq`, with the query heads as
-  the MMA's N: INT4 2.33-2.64x, FP8 1.77-1.96x) on Hopper, at every timed shape the faster. (A
+  the MMA's N: INT4 2.46-2.83x, FP8 1.77-1.96x) on Hopper, at every timed shape the faster. (A
   Gluon ``wgmma`` INT4 kernel, 1.01x, was measured and removed: round 12.)
 
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
