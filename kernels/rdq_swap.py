@@ -40,7 +40,7 @@ if _HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
     from kernels.rdq_tiles import (k_logical, load_scales, next_codes, next_codes_and_scales, output_dims,
-                                   query_dims, scale_halves, tile_page, token_pairs, v_logical)
+                                   query_dims, scale_halves, token_pairs, v_logical)
 
 __all__ = ["attend_swapped", "swapped_heads"]
 
@@ -108,12 +108,10 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr,
-                       TABLE_AHEAD: gl.constexpr):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
-        ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes;
-        ``TABLE_AHEAD``: each refill's page loaded a tile earlier, :func:`kernels.rdq_tiles.next_codes`)."""
+        ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
         HEADS: gl.constexpr = 8 if GROUP <= 8 else 16
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -146,21 +144,17 @@ if _HAVE_GLUON:
         s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
         rows = gl.arange(0, BLOCK_N, layout=token_layout)
         slot = 0  # ring slot of tile j
-        # The page of the first refill (tile STAGES - 1), when pages are loaded a tile ahead.
-        page_next = tile_page(table_ptr, start + (STAGES - 1) * BLOCK_N, end, PAGE_SIZE) if TABLE_AHEAD else 0
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
             if RING_SCALES:
-                kc, vc, ks_words, vs_words, slot, page_next = next_codes_and_scales(
+                kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
                     k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring, vs_ring,
                     tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb,
-                    stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout, v_layout, token_layout,
-                    page_next, TABLE_AHEAD)
+                    stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout, v_layout, token_layout)
             else:
-                kc, vc, slot, page_next = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot,
-                                                     k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt,
-                                                     PAGE_SIZE, BLOCK_N, STAGES, INT4, k_layout, v_layout, page_next,
-                                                     TABLE_AHEAD)
+                kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot, k_offs,
+                                          v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N,
+                                          STAGES, INT4, k_layout, v_layout)
             if INT4:
                 if not RING_SCALES:
                     ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,

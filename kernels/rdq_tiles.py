@@ -127,18 +127,13 @@ if _HAVE_GLUON:
                     stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
                     INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr, ks_head_ptr=None,
                     vs_head_ptr=None, ks_ring=None, vs_ring=None, stride_ksb=0, stride_kst=0, stride_vsb=0,
-                    stride_vst=0, RING_SCALES: gl.constexpr = False, scale_layout: gl.constexpr = None, page_in=0,
-                    PAGE_GIVEN: gl.constexpr = False):
+                    stride_vst=0, RING_SCALES: gl.constexpr = False, scale_layout: gl.constexpr = None):
         """One tile's K and V code copies as one commit group (``k_offs``/``v_offs``:
-        :func:`code_offsets`); one table load for both with pages of at least a tile (or, with
-        ``PAGE_GIVEN``, ``page_in``, loaded earlier). With ``RING_SCALES`` the tile's INT4 scale
-        words ride in the same group into their own rings."""
+        :func:`code_offsets`); one table load for both with pages of at least a tile. With
+        ``RING_SCALES`` the tile's INT4 scale words ride in the same group into their own rings."""
         page = 0
         if PAGE_SIZE >= BLOCK_N:
-            if PAGE_GIVEN:
-                page = page_in
-            else:
-                page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
+            page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
         _copy_codes(k_head_ptr, table_ptr, k_ring, slot, tile_start, end, page, k_offs, stride_kb, stride_kt,
                     PAGE_SIZE, BLOCK_N, False, k_layout)
         _copy_codes(v_head_ptr, table_ptr, v_ring, slot, tile_start, end, page, v_offs, stride_vb, stride_vt,
@@ -153,53 +148,41 @@ if _HAVE_GLUON:
     @gluon.jit
     def next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, k_offs, v_offs,
                    stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
-                   STAGES: gl.constexpr, INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr,
-                   page_next=0, TABLE_AHEAD: gl.constexpr = False):
-        """The K and V code tiles of the tile at ``tile_start`` from ring slot ``slot``, the next
-        slot (``j % STAGES``, counted rather than divided) and the next ``page_next``. First the
-        slot the previous tile used is refilled with the tile ``STAGES - 1`` ahead, then the wait
-        leaves only the ``STAGES - 1`` newest copy groups in flight: this tile has landed. Each
-        lane reads back exactly the bytes it copied (copies and reads share the layouts), so no
-        barrier is needed. ``TABLE_AHEAD`` (pages of at least a tile): the refill's page is
-        ``page_next``, loaded one tile earlier, and the one after it is loaded here, so no copy
-        waits on a table load."""
+                   STAGES: gl.constexpr, INT4: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+        """The K and V code tiles of the tile at ``tile_start`` from ring slot ``slot``, and the next
+        slot (``j % STAGES``, counted rather than divided). First the slot the previous tile used
+        is refilled with the tile ``STAGES - 1`` ahead, then the wait leaves only the ``STAGES - 1``
+        newest copy groups in flight: this tile has landed. Each lane reads back exactly the
+        bytes it copied (copies and reads share the layouts), so no barrier is needed."""
         refill = gl.where(slot == 0, STAGES - 1, slot - 1)
-        ahead: gl.constexpr = TABLE_AHEAD and PAGE_SIZE >= BLOCK_N
         issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
                     refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
-                    k_layout, v_layout, page_in=page_next, PAGE_GIVEN=ahead)
-        if ahead:
-            page_next = tile_page(table_ptr, tile_start + STAGES * BLOCK_N, end, PAGE_SIZE)
+                    k_layout, v_layout)
         async_copy.wait_group(STAGES - 1)
         kc = k_ring.index(slot).load(k_layout)
         vc = v_ring.index(slot).load(v_layout)
-        return kc, vc, gl.where(slot == STAGES - 1, 0, slot + 1), page_next
+        return kc, vc, gl.where(slot == STAGES - 1, 0, slot + 1)
 
     @gluon.jit
     def next_codes_and_scales(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
                               vs_ring, tile_start, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb,
                               stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE: gl.constexpr,
                               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, k_layout: gl.constexpr,
-                              v_layout: gl.constexpr, scale_layout: gl.constexpr, page_next=0,
-                              TABLE_AHEAD: gl.constexpr = False):
+                              v_layout: gl.constexpr, scale_layout: gl.constexpr):
         """:func:`next_codes` for INT4 with the scale words in rings of their own: the tile's
-        code tiles, its K and V scale words (in ``scale_layout``, as each lane copied them), the
-        next slot and ``page_next``; the scales arrive with the codes instead of by a load the
-        loop waits on."""
+        code tiles, its K and V scale words (in ``scale_layout``, as each lane copied them) and
+        the next slot; the scales arrive with the codes instead of by a load the loop waits on."""
         refill = gl.where(slot == 0, STAGES - 1, slot - 1)
-        ahead: gl.constexpr = TABLE_AHEAD and PAGE_SIZE >= BLOCK_N
         issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
                     refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, True,
                     k_layout, v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst,
-                    stride_vsb, stride_vst, True, scale_layout, page_in=page_next, PAGE_GIVEN=ahead)
-        if ahead:
-            page_next = tile_page(table_ptr, tile_start + STAGES * BLOCK_N, end, PAGE_SIZE)
+                    stride_vsb, stride_vst, True, scale_layout)
         async_copy.wait_group(STAGES - 1)
         kc = k_ring.index(slot).load(k_layout)
         vc = v_ring.index(slot).load(v_layout)
         ks = ks_ring.index(slot).load(scale_layout)
         vs = vs_ring.index(slot).load(scale_layout)
-        return kc, vc, ks, vs, gl.where(slot == STAGES - 1, 0, slot + 1), page_next
+        return kc, vc, ks, vs, gl.where(slot == STAGES - 1, 0, slot + 1)
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
