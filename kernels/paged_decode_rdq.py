@@ -146,6 +146,9 @@ class RdqConfig:
 # 1.725 twice (16x6st 1.69, 32x2st 1.68, 16x4st 1.66, 16x3st 1.65) — the defaults of
 # kernels.decode_backends. With the per-tile scalar addressing and the skipped rescale (round 17):
 # INT4 swap 16x3st 2.277 (16x4st 2.234, 16x6st 2.017), FP8 swap 32x3st 1.731 (16x6st 1.717).
+# Split for one wave (round 18): FP8 32x3st at 4 per SM 1.771 (full residency 1.729, 16x6st at 4
+# per SM 1.614). INT4 with its scale words through the ring (round 19): 16x3st 2.444 (16x4st
+# 2.415; loaded in the loop 2.297).
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),
