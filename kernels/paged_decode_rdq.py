@@ -586,7 +586,7 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
     out = torch.empty_like(q)
     shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
     plan, resident = planned_split(
-        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,
+        (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(
             *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
             **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)), **_options(cfg)),
