@@ -564,7 +564,8 @@ def rdq_plan(q: torch.Tensor, k, v, block_tables: torch.Tensor, seq_lens: torch.
 def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, config, validate: bool, *,
              plan_only: bool = False) -> tuple:
     """Checks, the pools as the kernel reads them, the split plan (at most one wave of
-    ``config.per_sm`` or the compiled kernel's resident programs), the output and the compile-time values of one call."""
+    ``config.per_sm`` or the compiled kernel's resident programs), the output and the
+    compile-time values of one call."""
     if config is not None and not isinstance(config, RdqConfig):
         raise ValueError(f"config must be an RdqConfig, got {type(config).__name__}")
     tensors = (k.data, k.scales, v.data, v.scales) if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else (k, v)
