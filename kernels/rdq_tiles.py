@@ -16,9 +16,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales", "load_scales",
-           "code_offsets",
-           "tile_page", "query_dims", "output_dims"]
+__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales",
+           "load_scales", "code_offsets", "tile_page", "query_dims", "output_dims"]
 
 if _HAVE_GLUON:
     @gluon.jit
@@ -110,17 +109,26 @@ if _HAVE_GLUON:
         async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=gl.expand_dims(live, 1))
 
     @gluon.jit
-    def _copy_scales(head_ptr, table_ptr, ring, slot, tile_start, end, page, stride_b, stride_t,
-                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
-        """Start the cp.async copies of a tile's INT4 scale words into ring slot ``slot`` (zeros
-        past ``end``), each lane copying the words it reads back in ``layout``."""
+    def _scale_ptrs(head_ptr, table_ptr, tile_start, end, page, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
+                    BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        """Addresses of a tile's INT4 scale words in ``layout`` and whether each token is live
+        (``page``: the tile's pool block, used with pages of at least a tile)."""
         rows = gl.arange(0, BLOCK_N, layout=layout)
         if PAGE_SIZE >= BLOCK_N:
             ptrs = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t) + rows * stride_t
         else:
             pages = _row_pages(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
             ptrs = head_ptr + pages * stride_b + (rows % PAGE_SIZE) * stride_t
-        async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=rows < end - tile_start)
+        return ptrs, rows < end - tile_start
+
+    @gluon.jit
+    def _copy_scales(head_ptr, table_ptr, ring, slot, tile_start, end, page, stride_b, stride_t,
+                     PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        """Start the cp.async copies of a tile's INT4 scale words into ring slot ``slot`` (zeros
+        past ``end``), each lane copying the words it reads back in ``layout``."""
+        ptrs, live = _scale_ptrs(head_ptr, table_ptr, tile_start, end, page, stride_b, stride_t, PAGE_SIZE, BLOCK_N,
+                                 layout)
+        async_copy.async_copy_global_to_shared(ring.index(slot), ptrs, mask=live)
 
     @gluon.jit
     def issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start, end, slot, k_offs, v_offs,
@@ -154,10 +162,20 @@ if _HAVE_GLUON:
         is refilled with the tile ``STAGES - 1`` ahead, then the wait leaves only the ``STAGES - 1``
         newest copy groups in flight: this tile has landed. Each lane reads back exactly the
         bytes it copied (copies and reads share the layouts), so no barrier is needed."""
-        refill = gl.where(slot == 0, STAGES - 1, slot - 1)
         issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
-                    refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4,
-                    k_layout, v_layout)
+                    _refill_slot(slot, STAGES), k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
+                    BLOCK_N, INT4, k_layout, v_layout)
+        return _landed_codes(k_ring, v_ring, slot, STAGES, k_layout, v_layout)
+
+    @gluon.jit
+    def _refill_slot(slot, STAGES: gl.constexpr):
+        """The ring slot the previous tile used: refilled with the tile ``STAGES - 1`` ahead."""
+        return gl.where(slot == 0, STAGES - 1, slot - 1)
+
+    @gluon.jit
+    def _landed_codes(k_ring, v_ring, slot, STAGES: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr):
+        """Wait until only the ``STAGES - 1`` newest copy groups are in flight (the tile in
+        ``slot`` has landed), then its K and V code tiles and the next slot."""
         async_copy.wait_group(STAGES - 1)
         kc = k_ring.index(slot).load(k_layout)
         vc = v_ring.index(slot).load(v_layout)
@@ -172,31 +190,22 @@ if _HAVE_GLUON:
         """:func:`next_codes` for INT4 with the scale words in rings of their own: the tile's
         code tiles, its K and V scale words (in ``scale_layout``, as each lane copied them) and
         the next slot; the scales arrive with the codes instead of by a load the loop waits on."""
-        refill = gl.where(slot == 0, STAGES - 1, slot - 1)
         issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile_start + (STAGES - 1) * BLOCK_N, end,
-                    refill, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, True,
-                    k_layout, v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst,
-                    stride_vsb, stride_vst, True, scale_layout)
-        async_copy.wait_group(STAGES - 1)
-        kc = k_ring.index(slot).load(k_layout)
-        vc = v_ring.index(slot).load(v_layout)
-        ks = ks_ring.index(slot).load(scale_layout)
-        vs = vs_ring.index(slot).load(scale_layout)
-        return kc, vc, ks, vs, gl.where(slot == STAGES - 1, 0, slot + 1)
+                    _refill_slot(slot, STAGES), k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
+                    BLOCK_N, True, k_layout, v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb,
+                    stride_kst, stride_vsb, stride_vst, True, scale_layout)
+        kc, vc, next_slot = _landed_codes(k_ring, v_ring, slot, STAGES, k_layout, v_layout)
+        return kc, vc, ks_ring.index(slot).load(scale_layout), vs_ring.index(slot).load(scale_layout), next_slot
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
                     BLOCK_N: gl.constexpr, layout: gl.constexpr):
         """The INT4 scale words of a tile's tokens (0 past ``end``), in ``layout`` (S's columns)."""
-        rows = gl.arange(0, BLOCK_N, layout=layout)
-        live = rows < end - tile_start
+        page = 0
         if PAGE_SIZE >= BLOCK_N:
             page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
-            base = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t)
-            ptrs = base + rows * stride_t
-        else:
-            pages = _row_pages(table_ptr, tile_start, end, PAGE_SIZE, BLOCK_N, layout)
-            ptrs = head_ptr + pages * stride_b + (rows % PAGE_SIZE) * stride_t
+        ptrs, live = _scale_ptrs(head_ptr, table_ptr, tile_start, end, page, stride_b, stride_t, PAGE_SIZE, BLOCK_N,
+                                 layout)
         return gl.load(ptrs, mask=live, other=0)
 
     @gluon.jit

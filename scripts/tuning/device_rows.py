@@ -22,7 +22,8 @@ from pathlib import Path
 
 from inputs.uploads import dumps_strict
 
-__all__ = ["finite", "error_text", "emit", "run_rows", "decode_shape_inputs", "ROOT"]
+__all__ = ["finite", "error_text", "emit", "run_rows", "add_child_options", "run_child", "decode_shape_inputs",
+           "quantized_pools", "ROOT"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
 
@@ -86,6 +87,24 @@ def run_rows(module: str, part: str, items: list[list], deadline: float, *, base
     return rows
 
 
+def add_child_options(parser, parts: tuple[str, ...]) -> None:
+    """The hidden options :func:`run_rows` starts a child with (``--child part --items ...
+    --deadline ... --rows file``), ``part`` one of ``parts``."""
+    import argparse
+
+    parser.add_argument("--child", choices=parts, help=argparse.SUPPRESS)
+    parser.add_argument("--items", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--rows", help=argparse.SUPPRESS)
+
+
+def run_child(args, parts: dict[str, Callable]) -> None:
+    """A child's side of :func:`run_rows`: ``parts[args.child](items, deadline, out)`` appending
+    its rows to ``args.rows``."""
+    with open(args.rows, "a") as out:
+        parts[args.child](json.loads(args.items), args.deadline, out)
+
+
 def decode_shape_inputs(batch: int, context: int, n_q_heads: int, memory_share: int) -> tuple:
     """``(label, bf16 KV bytes, DecodeInputs)`` of a harness decode shape (8 KV heads, d 128,
     block 16, bf16), rotated over as many copies as fit in ``1 / memory_share`` of free memory
@@ -103,3 +122,15 @@ def decode_shape_inputs(batch: int, context: int, n_q_heads: int, memory_share: 
     free, _ = torch.cuda.mem_get_info()
     n_rot = min(rotations(kv_bytes, free // memory_share), 8)
     return f"B{batch} L{context // 1024}K {n_q_heads}/8", kv_bytes, _decode_inputs(shape, n_rot, 0)
+
+
+def quantized_pools(fmt: str, k16, v16) -> tuple:
+    """``(k, v, kwargs)``: a bf16 pool pair quantised to ``fmt`` ("int4": ``Int4Pool`` pairs; "fp8":
+    e4m3 pools, with their per-head scales in ``kwargs`` as the decode wrappers take them)."""
+    from kernels.int4_cache import quantize_pool_int4
+    from kernels.paged_cache import quantize_kv_fp8
+
+    if fmt == "int4":
+        return quantize_pool_int4(k16), quantize_pool_int4(v16), {}
+    k, v, ks, vs = quantize_kv_fp8(k16, v16)
+    return k, v, dict(k_scale=ks, v_scale=vs)

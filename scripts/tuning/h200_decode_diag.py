@@ -28,6 +28,7 @@ import time
 import torch
 
 from inputs.uploads import dumps_strict
+from scripts.tuning.device_rows import quantized_pools
 
 GQA_SHAPES = [(8, 32768, 32), (8, 32768, 64), (32, 16384, 32), (32, 16384, 64)]
 EAGER_SHAPES = [(1, 32768, 32), (1, 32768, 64)]
@@ -65,16 +66,6 @@ def _kernel_times(fn, calls: int = 20) -> dict[str, float]:
     return out
 
 
-def _pools(fmt: str, k16, v16):
-    from kernels.int4_cache import quantize_pool_int4
-    from kernels.paged_cache import quantize_kv_fp8
-
-    if fmt == "int4":
-        return quantize_pool_int4(k16), quantize_pool_int4(v16), {}
-    k, v, ks, vs = quantize_kv_fp8(k16, v16)
-    return k, v, dict(k_scale=ks, v_scale=vs)
-
-
 def gqa_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.decode_backends import default_rdq_config
@@ -91,7 +82,7 @@ def gqa_rows() -> list[dict]:
         rows.append(dict(part="gqa", shape=label, fmt="bf16", splits=None, ms=bf, kernels_us=_kernel_times(bf16)))
         print(f"{label:<16} bf16 {bf:.4f} ms {rows[-1]['kernels_us']}", flush=True)
         for fmt in ("int4", "fp8"):
-            k, v, kw = _pools(fmt, x.k, x.v)
+            k, v, kw = quantized_pools(fmt, x.k, x.v)
             cfg = default_rdq_config(fmt)
             default, resident = rdq_plan(x.q[0], k, v, x.tables[0], x.lens, config=cfg)
             for splits in [default] + [s for s in SPLIT_SWEEP if s != default]:
@@ -124,7 +115,7 @@ def split_rows() -> list[dict]:
         rows.append(dict(part="splits", shape=label, fmt="bf16", splits=None, ms=bf))
         print(f"{label:<16} bf16 {bf:.4f} ms", flush=True)
         for fmt in ("int4", "fp8"):
-            k, v, kw = _pools(fmt, x.k, x.v)
+            k, v, kw = quantized_pools(fmt, x.k, x.v)
             cfg = default_rdq_config(fmt)
             default, resident = rdq_plan(x.q[0], k, v, x.tables[0], x.lens, config=cfg)
             line = []
@@ -183,7 +174,7 @@ def host_rows() -> list[dict]:
         "bf16 direct launch": _or_error(lambda: direct(pd._paged_decode_kernel, plan.grid, args, cx, opts)),
         "torch.empty_like(q)": lambda: torch.empty_like(q),
     }
-    f8k, f8v, kw = _pools("fp8", x.k, x.v)
+    f8k, f8v, kw = quantized_pools("fp8", x.k, x.v)
     cfg = default_rdq_config("fp8")
     _, _, rplan, rout, pools, rcx = rdq._prepare(q, f8k, f8v, t, x.lens, kw["k_scale"], kw["v_scale"], None, cfg,
                                                  False)
@@ -231,8 +222,8 @@ def eager_rows() -> tuple[list[dict], str]:
     rows, profile_text = [], ""
     for batch, ctx, hq in EAGER_SHAPES:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        i4k, i4v, _ = _pools("int4", x.k, x.v)
-        f8k, f8v, f8kw = _pools("fp8", x.k, x.v)
+        i4k, i4v, _ = quantized_pools("int4", x.k, x.v)
+        f8k, f8v, f8kw = quantized_pools("fp8", x.k, x.v)
         base = default_config(128, torch.bfloat16)
         paths = {
             "bf16 auto": lambda: paged_decode_attention(*_qt(x), x.lens,

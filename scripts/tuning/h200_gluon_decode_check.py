@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 
 import torch
 
 from inputs.uploads import dumps_strict
 from kernels.paged_decode_gluon import GLUON_DECODE_CONFIGS
-from scripts.tuning.device_rows import decode_shape_inputs, emit, error_text, finite, run_rows
+from scripts.tuning.device_rows import (add_child_options, decode_shape_inputs, emit, error_text, finite,
+                                       run_child, run_rows)
 
 # (label, lengths, block size, query heads, KV heads, dtype, forced split count or None)
 CHECKS = [
@@ -186,16 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH")
     p.add_argument("--configs", help="comma-separated indices into GLUON_DECODE_CONFIGS (default: all)")
     p.add_argument("--budget", type=float, default=105.0, help="seconds after which rows are skipped (default 105)")
-    p.add_argument("--child", choices=("check", "speed"), help=argparse.SUPPRESS)
-    p.add_argument("--items", help=argparse.SUPPRESS)
-    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
-    p.add_argument("--rows", help=argparse.SUPPRESS)
+    add_child_options(p, ("check", "speed"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     if args.child:
-        with open(args.rows, "a") as out:
-            (_child_check if args.child == "check" else _child_speed)(json.loads(args.items), args.deadline, out)
+        run_child(args, {"check": _child_check, "speed": _child_speed})
         return 0
     indices = list(range(len(GLUON_DECODE_CONFIGS)))
     if args.configs:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import time
 
@@ -40,7 +39,8 @@ import torch
 
 from inputs.uploads import dumps_strict
 from kernels.paged_decode_rdq import RDQ_CONFIGS
-from scripts.tuning.device_rows import decode_shape_inputs, emit, error_text, finite, run_rows
+from scripts.tuning.device_rows import (add_child_options, decode_shape_inputs, emit, error_text, finite,
+                                       quantized_pools, run_child, run_rows)
 
 # (label, lengths, block size, query heads, KV heads, head dim, query dtype, forced splits)
 CHECKS = [
@@ -72,14 +72,13 @@ def _name(who: str) -> str:
 
 def _pools(fmt: str, k16, v16):
     """``(k, v, kwargs, dequantised k, dequantised v)`` of a bf16 pool pair in ``fmt``."""
-    from kernels.int4_cache import dequantize_int4, quantize_pool_int4
-    from kernels.paged_cache import quantize_kv_fp8
+    from kernels.int4_cache import dequantize_int4
 
+    k, v, kw = quantized_pools(fmt, k16, v16)
     if fmt == "int4":
-        k, v = quantize_pool_int4(k16), quantize_pool_int4(v16)
-        return k, v, {}, dequantize_int4(k), dequantize_int4(v)
-    k, v, ks, vs = quantize_kv_fp8(k16, v16)
-    return k, v, dict(k_scale=ks, v_scale=vs), k.float() * ks.view(1, -1, 1, 1), v.float() * vs.view(1, -1, 1, 1)
+        return k, v, kw, dequantize_int4(k), dequantize_int4(v)
+    ks, vs = kw["k_scale"], kw["v_scale"]
+    return k, v, kw, k.float() * ks.view(1, -1, 1, 1), v.float() * vs.view(1, -1, 1, 1)
 
 
 # ---------------------------------------------------------------------------- child side
@@ -237,16 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--formats", default="int4,fp8", help="comma-separated KV formats to check and time (default both)")
     p.add_argument("--baselines", help=f"comma-separated baselines to time (default: all of {', '.join(BASELINES)})")
     p.add_argument("--budget", type=float, default=125.0, help="seconds after which rows are skipped (default 125)")
-    p.add_argument("--child", choices=("check", "speed"), help=argparse.SUPPRESS)
-    p.add_argument("--items", help=argparse.SUPPRESS)
-    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
-    p.add_argument("--rows", help=argparse.SUPPRESS)
+    add_child_options(p, ("check", "speed"))
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     if args.child:
-        with open(args.rows, "a") as out:
-            (_child_check if args.child == "check" else _child_speed)(json.loads(args.items), args.deadline, out)
+        run_child(args, {"check": _child_check, "speed": _child_speed})
         return 0
     indices = list(range(len(RDQ_CONFIGS)))
     if args.configs:

@@ -452,6 +452,17 @@ def test_not_a_tensor():
 
 gpu = pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")
 
+
+def _replayed(call):
+    """The output of ``call()`` captured in a CUDA graph, after one replay."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        captured = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return captured
+
 GPU_CASES = [
     # lens, block, hq, hkv, d, dtype, fp8 (None | "head" | "tensor"), splits
     ([1, 17, 97, 1025, 1027], 16, 32, 8, 128, "bf16", None, None),
@@ -512,14 +523,8 @@ def test_gpu_pdl_merge_equals_the_stream_ordered_merge(fp8):
     eager = _run(q, c, num_splits=12, config=base)
     assert torch.equal(eager, ordered)
     _assert_close(eager, _ref(q, c), TOLERANCE["fp8" if fp8 else "bf16"])
-    graph = torch.cuda.CUDAGraph()
     _run(q, c, num_splits=12, config=base)  # compiled before capture
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        captured = _run(q, c, num_splits=12, config=base, validate=False)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, ordered)
+    assert torch.equal(_replayed(lambda: _run(q, c, num_splits=12, config=base, validate=False)), ordered)
 
 
 @pytest.mark.gpu
@@ -578,11 +583,5 @@ def test_gpu_auto_merge_is_inline_eagerly_and_the_merge_kernel_in_a_graph_at_man
     assert torch.equal(eager, _run(q, c, num_splits=66, config=DecodeConfig(merge="inline")))
     kernel = _run(q, c, num_splits=66, config=DecodeConfig(merge="kernel"))
     _assert_same_up_to_rounding(eager, kernel)
-    graph = torch.cuda.CUDAGraph()
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        captured = _run(q, c, num_splits=66, config=auto, validate=False)
-    graph.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(captured, kernel)
+    assert torch.equal(_replayed(lambda: _run(q, c, num_splits=66, config=auto, validate=False)), kernel)
     assert _counters_all_zero(q.device)
