@@ -150,8 +150,7 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr,
-                       OVERLAP: gl.constexpr = False):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
         ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
@@ -187,66 +186,41 @@ if _HAVE_GLUON:
         s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
         rows = gl.arange(0, BLOCK_N, layout=token_layout)
         slot = 0  # ring slot of tile j
-        if OVERLAP:
-            # Tile j + 1's codes, dequantisation and q.k are issued beside tile j's softmax and
-            # p.V: two independent chains per iteration for the scheduler to interleave. The last
-            # iteration reads a tile past the end (its copies copy nothing) and drops its scores.
-            kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
-                k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring, vs_ring, start,
-                end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst,
-                stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout, v_layout, token_layout)
-            ks_lo, ks_hi = scale_halves(ks_words, token_layout)
-            s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
-            for j in range(n_tiles):
-                tile = start + j * BLOCK_N
-                kc, vc_next, ks_words, vs_next, slot = next_codes_and_scales(
-                    k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring, vs_ring,
-                    tile + BLOCK_N, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb,
-                    stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout, v_layout, token_layout)
+        for j in range(n_tiles):
+            tile = start + j * BLOCK_N
+            if RING_SCALES:
+                kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
+                    k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
+                    vs_ring, tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt,
+                    stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout,
+                    v_layout, token_layout)
+            else:
+                kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot,
+                                          k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
+                                          BLOCK_N, STAGES, INT4, k_layout, v_layout)
+            if INT4:
+                if not RING_SCALES:
+                    ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,
+                                           BLOCK_N, token_layout)
+                    vs_words = load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst, PAGE_SIZE,
+                                           BLOCK_N, token_layout)
                 ks_lo, ks_hi = scale_halves(ks_words, token_layout)
-                s_next = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
-                p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
                 vs_lo, vs_hi = scale_halves(vs_words, token_layout)
+                s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
+            else:
+                k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True,
+                                                pack=4)
+                s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
+                           s_zero)
+            p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
+            if INT4:
                 o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
-                s = s_next
-                vc = vc_next
-                vs_words = vs_next
-        else:
-            for j in range(n_tiles):
-                tile = start + j * BLOCK_N
-                if RING_SCALES:
-                    kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
-                        k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
-                        vs_ring, tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt,
-                        stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout,
-                        v_layout, token_layout)
-                else:
-                    kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot,
-                                              k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
-                                              BLOCK_N, STAGES, INT4, k_layout, v_layout)
-                if INT4:
-                    if not RING_SCALES:
-                        ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,
-                                               BLOCK_N, token_layout)
-                        vs_words = load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst, PAGE_SIZE,
-                                               BLOCK_N, token_layout)
-                    ks_lo, ks_hi = scale_halves(ks_words, token_layout)
-                    vs_lo, vs_hi = scale_halves(vs_words, token_layout)
-                    s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
-                else:
-                    k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True,
-                                                    pack=4)
-                    s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
-                               s_zero)
-                p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
-                if INT4:
-                    o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
-                else:
-                    even, odd = token_pairs(vc, BLOCK_N, RB)
-                    x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
-                                                       dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-                    o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op),
-                                  _p_operand(p, BLOCK_N, HEADS, b_op), o_lo)
+            else:
+                even, odd = token_pairs(vc, BLOCK_N, RB)
+                x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
+                                                   dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
+                o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op),
+                              _p_operand(p, BLOCK_N, HEADS, b_op), o_lo)
 
         async_copy.wait_group(0)  # no copy may still target shared memory when the program exits
         l_i = gl.sum(l_acc, axis=0)

@@ -86,12 +86,6 @@ def _n_tiles(build: dict) -> int:
     return swapped_heads(build["group"]) // 8
 
 
-def _overlapped(build: dict) -> bool:
-    """Whether the build runs the overlapped INT4 loop (next tile's q.k beside this tile's p.V)."""
-    cfg = _cfg(build)
-    return cfg.overlap and cfg.ring_scales and cfg.swap_ab and build["fmt"] == "int4"
-
-
 def _row_bytes(build: dict) -> int:
     return build["head_dim"] // 2 if build["fmt"] == "int4" else build["head_dim"]
 
@@ -114,12 +108,10 @@ def test_both_products_are_warp_mmas_counted_by_hand(sm90_builds):
     # Swapped, per tile: K Q^T is [block_n, D] x [D, 8 c]: block_n/16 m-tiles x D/16 k-steps x c
     # n-tiles; V^T P^T is [D, block_n] x [block_n, 8 c]: D/16 x block_n/16 x c. At d 128, 16
     # tokens, GQA 4 (c = 1): 8 + 8, half the rows design's 16 + 16.
-    # The overlapped INT4 loop adds the first tile's q.k before the loop: (n/16) (d/16) c more.
     for b in sm90_builds:
         n, d = _cfg(b).block_n, b["head_dim"]
         if _cfg(b).swap_ab:
-            ahead = (n // 16) * (d // 16) * _n_tiles(b) if _overlapped(b) else 0
-            assert b["mma_sync"] == 2 * (n // 16) * (d // 16) * _n_tiles(b) + ahead, b
+            assert b["mma_sync"] == 2 * (n // 16) * (d // 16) * _n_tiles(b), b
         else:
             assert b["mma_sync"] == (d // 16) * (n // 8) + (n // 16) * (d // 8), b
         assert b["mma_other"] == 0, b
@@ -148,8 +140,7 @@ def test_split_builds_let_the_merge_start_early(sm90_builds):
 
 def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
     for b in sm90_builds:
-        # The overlapped INT4 loop fetches its first tile before the loop: one issue site more.
-        n, rb, stages = _cfg(b).block_n, _row_bytes(b), _cfg(b).num_stages + _overlapped(b)
+        n, rb, stages = _cfg(b).block_n, _row_bytes(b), _cfg(b).num_stages
         assert b["byte_loads"] == 0, b
         # K: each lane copies rb/4 contiguous bytes per token (16-byte copies, split in 16s);
         # V: rb/8 bytes per token. Per issue site (the prologue's stages - 1 plus the loop's).
@@ -504,9 +495,7 @@ def test_swapped_heads_and_config_names():
     assert RdqConfig(pdl=False, per_sm=4).name == "rdq 32x3st 4/SM nopdl"
     with pytest.raises(ValueError, match="swap_ab must be a bool"):
         RdqConfig(swap_ab=1)
-    with pytest.raises(ValueError, match="overlap needs swap_ab=True and ring_scales=True"):
-        RdqConfig(swap_ab=True, overlap=True)
-    assert RdqConfig(swap_ab=True, ring_scales=True, overlap=True).name == "rdq swap 32x3st ring-scales overlap"
+    assert RdqConfig(swap_ab=True, ring_scales=True).name == "rdq swap 32x3st ring-scales"
     for bad in (0, 65, True, 2.0):
         with pytest.raises(ValueError, match="per_sm must be None or an int"):
             RdqConfig(per_sm=bad)
