@@ -6,6 +6,17 @@
   their default split count and a sweep of others (CUDA-graph medians), with the split and merge
   kernels' own GPU times from the profiler; the bf16 Triton kernel as the baseline.
 * ``splits``: both rdq formats over split counts at every large shape and batch 1 (64/8 heads).
+* ``fixed``: a call's fixed cost. The INT4 rdq kernel at batch 8, 64/8 heads, 33 splits (its
+  batch 8 x 32K plan) over contexts of 1-8 tiles of 128 tokens per split, with the merge kernel as
+  a PDL dependent and without, and the merge kernel alone on those partials; the bf16 kernel
+  against cuDNN at batch 1 over contexts 8K-128K (32/8). Time against context is a line: its
+  intercept is the cost that does not scale with the tokens.
+* ``dispatch``: what a grid costs before any work. An empty kernel (one store per program) at
+  64-4224 programs of 1 and 4 warps; and the INT4 rdq kernel at batch 8, 64/8, over split counts
+  at 128 and 1024 tokens per split, so the intercept per split count shows whether the fixed
+  cost grows with the programs.
+* ``hints``: the bf16 kernel with its K/V loads' cache hints (``DecodeConfig.kv_hint``) against
+  cuDNN on contiguous KV, at batch 1 and the large shapes.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -128,6 +139,152 @@ def split_rows() -> list[dict]:
                                  resident=resident, ms=ms, x_bf16=bf / ms))
                 line.append(f"{splits}{'*' if splits == default else ''}:{bf / ms:.3f}")
             print(f"{label:<16} {fmt} x bf16 by splits  " + "  ".join(line), flush=True)
+        x = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+FIXED_CONTEXTS = (4224, 8448, 16896, 33792)  # 33 splits x 128 x 1, 2, 4, 8 tokens
+FIXED_SPLITS = 33
+B1_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
+
+
+def _line(xs, ys) -> tuple[float, float]:
+    """Least-squares ``(intercept, slope)`` of ``ys`` against ``xs``."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return my - slope * mx, slope
+
+
+def fixed_rows() -> list[dict]:
+    from kernels.bench.contenders import DECODE
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.decode_merge import merge_splits
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_rdq import rdq_paged_decode
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    base = default_rdq_config("int4")
+    variants = {"int4 pdl merge": base, "int4 stream merge": dataclasses.replace(base, pdl=False)}
+    for ctx in FIXED_CONTEXTS:
+        label, _, x = decode_shape_inputs(8, ctx, 64, memory_share=4)
+        k, v, kw = quantized_pools("int4", x.k, x.v)
+        for name, cfg in variants.items():
+            def call(cfg=cfg):
+                return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                                        num_splits=FIXED_SPLITS, **kw)
+            ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+            rows.append(dict(part="fixed", shape=label, context=ctx, variant=name, ms=ms, kernels_us=_kernel_times(call)))
+            print(f"{label:<16} {name:<18} {ms * 1e3:8.1f} us {rows[-1]['kernels_us']}", flush=True)
+        x = k = v = None
+        torch.cuda.empty_cache()
+    for name in variants:
+        pts = [(r["context"], r["ms"] * 1e3) for r in rows if r.get("variant") == name]
+        a, b = _line(*zip(*pts))
+        rows.append(dict(part="fixed", variant=name, intercept_us=a, us_per_1k_tokens=b * 1024))
+        print(f"{name}: intercept {a:.1f} us, {b * 1024:.2f} us per 1K tokens of context", flush=True)
+    part = torch.randn(8, 64, FIXED_SPLITS, 128, device="cuda")
+    lse = torch.randn(8, 64, FIXED_SPLITS, device="cuda")
+    out = torch.empty(8, 64, 128, device="cuda", dtype=torch.bfloat16)
+    ms = graph_ms(lambda: merge_splits(part, lse, out), 1, 5.0, 30.0)
+    rows.append(dict(part="fixed", variant="merge kernel alone", shape="8 x 64 x 33 x 128", ms=ms))
+    print(f"merge kernel alone [8, 64, 33, 128]: {ms * 1e3:.1f} us", flush=True)
+    for ctx in B1_CONTEXTS:
+        label, _, x = decode_shape_inputs(1, ctx, 32, memory_share=4)
+        def bf16():
+            return paged_decode_attention(*_qt(x), x.lens, validate=False)
+        cudnn = DECODE["sdpa_cudnn"]
+        run = cudnn.build(x, cudnn.prepare(x)).run
+        for name, fn in (("bf16", bf16), ("cudnn", run)):
+            ms = graph_ms(fn, x.rot.n, 5.0, 30.0)
+            rows.append(dict(part="fixed", shape=label, context=ctx, variant=name, ms=ms,
+                             kernels_us=_kernel_times(fn)))
+            print(f"{label:<16} {name:<6} {ms * 1e3:8.1f} us {rows[-1]['kernels_us']}", flush=True)
+        x = None
+        torch.cuda.empty_cache()
+    for name in ("bf16", "cudnn"):
+        pts = [(r["context"], r["ms"] * 1e3) for r in rows if r.get("variant") == name and "context" in r]
+        a, b = _line(*zip(*pts))
+        rows.append(dict(part="fixed", variant=f"B1 {name}", intercept_us=a, us_per_1k_tokens=b * 1024))
+        print(f"B1 {name}: intercept {a:.1f} us, {b * 1024:.3f} us per 1K tokens", flush=True)
+    return rows
+
+
+DISPATCH_GRIDS = (64, 528, 1056, 2112, 4224)
+DISPATCH_SPLITS = (1, 4, 8, 16, 33)
+
+
+def dispatch_rows() -> list[dict]:
+    import triton
+    import triton.language as tl
+
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.paged_decode_rdq import rdq_paged_decode
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    @triton.jit
+    def _one_store(out_ptr):
+        tl.store(out_ptr + tl.program_id(0), 1.0)
+
+    rows = []
+    out = torch.empty(max(DISPATCH_GRIDS), device="cuda")
+    for warps in (1, 4):
+        for n in DISPATCH_GRIDS:
+            ms = graph_ms(lambda n=n, warps=warps: _one_store[(n,)](out, num_warps=warps), 20, 5.0, 30.0)
+            rows.append(dict(part="dispatch", kernel="one store", programs=n, warps=warps, us=ms * 1e3))
+            print(f"one store: {n:>5} programs x {warps} warps {ms * 1e3:6.2f} us", flush=True)
+    cfg = default_rdq_config("int4")
+    for splits in DISPATCH_SPLITS:
+        pts = []
+        for per_split in (128, 1024):
+            label, _, x = decode_shape_inputs(8, splits * per_split, 64, memory_share=4)
+            k, v, kw = quantized_pools("int4", x.k, x.v)
+            def call(splits=splits):
+                return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg, num_splits=splits, **kw)
+            us = graph_ms(call, x.rot.n, 5.0, 30.0) * 1e3
+            pts.append((per_split, us))
+            rows.append(dict(part="dispatch", kernel="int4 rdq", shape=label, splits=splits, programs=64 * splits,
+                             tokens_per_split=per_split, us=us))
+            x = k = v = None
+        a, b = _line(*zip(*pts))
+        rows.append(dict(part="dispatch", kernel="int4 rdq fit", splits=splits, programs=64 * splits, intercept_us=a,
+                         us_per_1k_tokens=b * 1024))
+        print(f"int4 rdq B8 64/8 {splits:>2} splits ({64 * splits:>4} programs): 128 tok/split {pts[0][1]:6.1f} us, "
+              f"1024: {pts[1][1]:6.1f} us; intercept {a:5.1f} us, {b * 1024:5.2f} us per 1K tokens per split",
+              flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
+HINT_SHAPES = [(1, 32768, 32), (1, 131072, 32), (8, 32768, 64), (32, 16384, 64), (128, 4096, 64)]
+
+
+def hint_rows() -> list[dict]:
+    from kernels.bench.contenders import DECODE
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_config import KV_HINTS, default_config
+    from kernels.paged_decode import paged_decode_attention
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    base = default_config(128, torch.bfloat16)
+    for batch, ctx, hq in HINT_SHAPES:
+        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        cudnn = DECODE["sdpa_cudnn"]
+        ref = graph_ms(cudnn.build(x, cudnn.prepare(x)).run, x.rot.n, 5.0, 30.0)
+        x.state.clear()
+        line = [f"cudnn {ref * 1e3:.1f} us"]
+        for hint in KV_HINTS:
+            cfg = dataclasses.replace(base, kv_hint=hint)
+            def call(cfg=cfg):
+                return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg)
+            ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+            rows.append(dict(part="hints", shape=label, hint=hint, ms=ms, cudnn_ms=ref, x_cudnn=ref / ms))
+            line.append(f"{hint or 'none'} {ms * 1e3:.1f} us {ref / ms:.3f}x")
+        print(f"{label:<16} " + " | ".join(line), flush=True)
         x = None
         torch.cuda.empty_cache()
     return rows
@@ -266,7 +423,7 @@ def eager_rows() -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, hints")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
@@ -283,6 +440,12 @@ def main(argv: list[str] | None = None) -> int:
         rows += gqa_rows()
     if "splits" in parts:
         rows += split_rows()
+    if "fixed" in parts:
+        rows += fixed_rows()
+    if "dispatch" in parts:
+        rows += dispatch_rows()
+    if "hints" in parts:
+        rows += hint_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),

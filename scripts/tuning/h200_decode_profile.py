@@ -6,8 +6,9 @@ Run on the device machine under ``ncu`` (clock control off, as the device notes 
         --section WarpStateStats --section Occupancy --section LaunchStats --section SpeedOfLight \\
         python3 -m scripts.tuning.h200_decode_profile --batch 32 --context 16384
 
-Each kernel (bf16, FP8, INT4) is called ``--calls`` times on the same batch (32/8 heads, d 128,
-block 16, blocks a random permutation of the pool). Not imported by the app or the tests.
+Each kernel (bf16, FP8, INT4 Triton; ``rdq-int4`` and ``rdq-fp8``, the Gluon kernels at their
+default configs and ``--splits`` if given) is called ``--calls`` times on the same batch (32/8 heads, d 128,
+block 16, ``--heads``/8 heads, blocks a random permutation of the pool). Not imported by the app or the tests.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=16384)
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--kinds", default="bf16,fp8,int4")
+    ap.add_argument("--heads", type=int, default=32, help="query heads (8 KV heads)")
+    ap.add_argument("--splits", type=int, default=None, help="split count of the rdq kinds")
     args = ap.parse_args()
-    b, L, hq, hkv, d, bs = args.batch, args.context, 32, 8, 128, 16
+    b, L, hq, hkv, d, bs = args.batch, args.context, args.heads, 8, 128, 16
     g = torch.Generator(device="cuda").manual_seed(0)
     blocks = b * L // bs
     k = torch.randn(blocks, hkv, bs, d, device="cuda", dtype=torch.bfloat16, generator=g)
@@ -49,6 +52,18 @@ def main() -> None:
         k4, v4 = quantize_pool_int4(k), quantize_pool_int4(v)
         for _ in range(args.calls):
             paged_decode_int4(q, k4, v4, tables, lens, validate=False)
+    for fmt in ("int4", "fp8"):
+        if f"rdq-{fmt}" in kinds:
+            from kernels.decode_backends import default_rdq_config
+            from kernels.paged_decode_rdq import rdq_paged_decode
+            if fmt == "int4":
+                kq, vq, kw = quantize_pool_int4(k), quantize_pool_int4(v), {}
+            else:
+                kq, vq, ks, vs = quantize_kv_fp8(k, v)
+                kw = dict(k_scale=ks, v_scale=vs)
+            for _ in range(args.calls):
+                rdq_paged_decode(q, kq, vq, tables, lens, validate=False, config=default_rdq_config(fmt),
+                                 num_splits=args.splits, **kw)
     torch.cuda.synchronize()
 
 
