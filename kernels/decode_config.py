@@ -27,8 +27,6 @@ MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
 MERGE_MODES = ("auto", "kernel", "inline")
 
 
-KV_HINTS = ("", "evict_first", "cg", "evict_first,cg")  # DecodeConfig.kv_hint
-
 @dataclass(frozen=True, kw_only=True)
 class DecodeConfig:
     """Launch parameters of the split kernel (the heuristic's choice, or an explicit override).
@@ -48,7 +46,6 @@ class DecodeConfig:
     maxnreg: int | None = None  # register cap per thread (more programs resident per SM), or the compiler's choice
     merge: str = "auto"  # split calls: merge in a second kernel, "inline" in the last split program, or by count
     merge_splits: int | None = None  # inline merge: partials per step (a power of two), or the tile rule
-    kv_hint: str = ""  # K/V tile loads: "" (the compiler's), "evict_first", "cg" (L2 only) or "evict_first,cg"
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -63,8 +60,6 @@ class DecodeConfig:
             raise ValueError(f"maxnreg must be None or in 24..255, got {self.maxnreg}")
         if self.merge not in MERGE_MODES:
             raise ValueError(f"merge must be one of {', '.join(map(repr, MERGE_MODES))}, got {self.merge!r}")
-        if self.kv_hint not in KV_HINTS:
-            raise ValueError(f"kv_hint must be one of {', '.join(map(repr, KV_HINTS))}, got {self.kv_hint!r}")
         if self.merge_splits is not None and (not 1 <= self.merge_splits <= MAX_SPLITS
                                               or self.merge_splits & (self.merge_splits - 1)):
             raise ValueError(f"merge_splits must be None or a power of two in 1..{MAX_SPLITS}, got {self.merge_splits}")

@@ -175,8 +175,6 @@ def _paged_decode_kernel(
     INLINE_MERGE: tl.constexpr = False,  # SPLIT: the last split program of a KV head merges
     MERGE_GROUP: tl.constexpr = 1,  # GROUP rounded up to a power of two (the merge has no tl.dot)
     MERGE_SPLITS: tl.constexpr = 1,  # partials per merge step
-    KV_EVICT: tl.constexpr = "",  # K/V tile loads' eviction policy (DecodeConfig.kv_hint)
-    KV_CACHE: tl.constexpr = "",  # and cache modifier
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -228,8 +226,8 @@ def _paged_decode_kernel(
         k_ptrs = k_head_ptr + page[:, None] * stride_kb + slot[:, None] * stride_kt + offs_d[None, :]
         v_ptrs = v_head_ptr + page[:, None] * stride_vb + slot[:, None] * stride_vt + offs_d[None, :]
         # Masked with other=0: slots past the end may hold NaN and must not enter the dots.
-        k = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0, eviction_policy=KV_EVICT, cache_modifier=KV_CACHE)
-        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0, eviction_policy=KV_EVICT, cache_modifier=KV_CACHE)
+        k = tl.load(k_ptrs, mask=mask_n[:, None], other=0.0)
+        v = tl.load(v_ptrs, mask=mask_n[:, None], other=0.0)
         if INTERPRET:
             k = k.to(tl.float32)
             v = v.to(tl.float32)
@@ -445,8 +443,6 @@ def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> 
         FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
         EARLY_MERGE_LAUNCH=pdl_merge(config, split and not inline, device),
         **merge_constexprs(config, inline, group, head_dim),
-        KV_EVICT="evict_first" if "evict_first" in config.kv_hint else "",
-        KV_CACHE=".cg" if "cg" in config.kv_hint else "",
         INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,
         **({} if config.maxnreg is None or interpret else {"maxnreg": config.maxnreg}),
     )

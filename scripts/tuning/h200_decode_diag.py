@@ -15,8 +15,6 @@
   64-4224 programs of 1 and 4 warps; and the INT4 rdq kernel at batch 8, 64/8, over split counts
   at 128 and 1024 tokens per split, so the intercept per split count shows whether the fixed
   cost grows with the programs.
-* ``hints``: the bf16 kernel with its K/V loads' cache hints (``DecodeConfig.kv_hint``) against
-  cuDNN on contiguous KV, at batch 1 and the large shapes.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -259,37 +257,6 @@ def dispatch_rows() -> list[dict]:
     return rows
 
 
-HINT_SHAPES = [(1, 32768, 32), (1, 131072, 32), (8, 32768, 64), (32, 16384, 64), (128, 4096, 64)]
-
-
-def hint_rows() -> list[dict]:
-    from kernels.bench.contenders import DECODE
-    from kernels.bench.timing import graph_ms
-    from kernels.decode_config import KV_HINTS, default_config
-    from kernels.paged_decode import paged_decode_attention
-    from scripts.tuning.device_rows import decode_shape_inputs
-
-    rows = []
-    base = default_config(128, torch.bfloat16)
-    for batch, ctx, hq in HINT_SHAPES:
-        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        cudnn = DECODE["sdpa_cudnn"]
-        ref = graph_ms(cudnn.build(x, cudnn.prepare(x)).run, x.rot.n, 5.0, 30.0)
-        x.state.clear()
-        line = [f"cudnn {ref * 1e3:.1f} us"]
-        for hint in KV_HINTS:
-            cfg = dataclasses.replace(base, kv_hint=hint)
-            def call(cfg=cfg):
-                return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg)
-            ms = graph_ms(call, x.rot.n, 5.0, 30.0)
-            rows.append(dict(part="hints", shape=label, hint=hint, ms=ms, cudnn_ms=ref, x_cudnn=ref / ms))
-            line.append(f"{hint or 'none'} {ms * 1e3:.1f} us {ref / ms:.3f}x")
-        print(f"{label:<16} " + " | ".join(line), flush=True)
-        x = None
-        torch.cuda.empty_cache()
-    return rows
-
-
 def _or_error(build):
     """``build()``, or a call that raises what building raised (reported as that piece's row)."""
     try:
@@ -423,7 +390,7 @@ def eager_rows() -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, hints")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
@@ -444,8 +411,6 @@ def main(argv: list[str] | None = None) -> int:
         rows += fixed_rows()
     if "dispatch" in parts:
         rows += dispatch_rows()
-    if "hints" in parts:
-        rows += hint_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
