@@ -39,7 +39,7 @@ from inputs.uploads import loads_json, read_path_capped, upload_bytes
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
     "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "MIXED_CONTENDERS", "TARGET_SPECS",
-    "LARGE_DECODE_TOKENS", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
+    "LARGE_DECODE_TOKENS", "eager_target_shape", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
     "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
@@ -119,6 +119,7 @@ class Measurement:
     median_ms: float | None = None  # triton.testing.do_bench, return_mode="median" (see timing)
     timing: str = ""  # "cuda_graph": replays of a captured graph of the call(s); "eager": plain calls
     eager_ms: float | None = None  # the eager figure too (includes Python/launch overhead)
+    eager_passes: int = 1  # eager passes at different times of the run; eager_ms is their least
     unit: str = ""  # "TB/s" (decode: KV bytes read) or "TFLOP/s" (prefill)
     work: float | None = None  # bytes or FLOPs the rate counts (formula above)
     rate: float | None = None  # work / time in `unit`
@@ -331,6 +332,11 @@ def _worst(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str) 
     return Target(measured=value, met=value >= spec.required, detail=f"worst: {label}", **common)
 
 
+def eager_target_shape(shape: DecodeShape) -> bool:
+    """The shapes ``decode_b1_32k_vs_cudnn`` and ``decode_eager_overhead_us`` read: batch 1 x 32K."""
+    return shape.batch == 1 and shape.context == 32 * 1024
+
+
 def _eager_overhead_us(result: DecodeResult) -> float | None:
     """Microseconds an eager call of the bf16 kernel costs above its CUDA-graph replay."""
     m = result.get("triton_paged")
@@ -367,7 +373,7 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
         _worst([(r.shape.label, _speedup(r, "gather_sdpa", "triton_paged")) for r in large],
                specs["decode_large_vs_gather"], no_large),
     ]
-    b1 = [r for r in decode if r.shape.batch == 1 and r.shape.context == 32 * 1024]
+    b1 = [r for r in decode if eager_target_shape(r.shape)]
     out.append(_worst([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in b1],
                       specs["decode_b1_32k_vs_cudnn"], "no batch-1 context-32K decode shape in this run"))
     out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_fp8")) for r in large],

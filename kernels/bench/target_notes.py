@@ -38,16 +38,18 @@ TARGET_LIMITS: dict[str, str] = {
         "V loads into the MMA layout keep it near 1.4x.",
     "decode_int4_vs_bf16":
         "On Hopper INT4 runs the register-dequant warp-MMA kernel (codes dequantised in registers into "
-        "16x8 MMA operands, scales through the copy ring); it moves 65-75 % of HBM's bandwidth because "
-        "each of its 16 warps per SM waits on a dependent chain per tile (dequantise, MMA, softmax, MMA) "
-        "of ~22 instructions per token: 8 % fewer instructions (an int8 q.k) gained 1 %, and more warps "
-        "per SM (register caps) were slower. Elsewhere the Triton kernel (0.84x) runs, which unpacks "
-        "every value in registers and moves it between layouts.",
+        "16x8 MMA operands, scales through the copy ring); its 16 one-warp programs per SM stream near "
+        "bandwidth once running, at ~22 instructions per token, but at batch 8 x 32K the 33-split grid "
+        "costs ~24 us that do not shrink with the context (its first tiles, 2,112 partials and their "
+        "merge) of ~107: it meets 2.8x at batch 128 x 32K. Fewer instructions (an int8 q.k: +1 %) and "
+        "two tiles in flight per warp (more registers, fewer warps: -18 %) did not pay. Elsewhere the "
+        "Triton kernel (0.84x) runs, which unpacks every value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "
         "eager calls merge inside the split kernel (one launch) and launch the compiled kernel "
         "directly after their first call, so what remains is the wrapper's checks and planning, "
-        "which vary several-fold with the host's load.",
+        "which vary several-fold with the host's load (the run times it twice, at its start and end, "
+        "and keeps the least).",
     "prefill_vs_flash_causal":
         "The tiled forward is compute-bound; below the target its tile shape or pipeline depth does not "
         "keep the tensor cores busy at this N.",

@@ -7,7 +7,10 @@ launch overhead of an eager call (~100-150 us measured for the Triton wrapper on
 would otherwise be what is timed; the eager figure is kept in ``eager_ms``, the least of
 ``EAGER_REPEATS`` medians (an eager call's time is the wrapper's host path plus whatever else the
 host is doing, which only ever adds: at batch 1 x 32K one median read 29 us above the graph time
-on one lent machine and 90 on another, the same code). Inputs of small
+on one lent machine and 90 on another, the same code; and within one run a burst of host load
+lifted every batch-1 eager figure for a minute, cuDNN's too). So the sweep times the bf16
+kernel's eager figure at the shapes its target reads once more at the end of the run, and keeps
+the least of the two passes (``Measurement.eager_passes``). Inputs of small
 shapes are rotated over several copies (:class:`Rotation`) so that one timed call's working set
 is >= 1 GB where memory allows (the H200's L2 is ~50 MB). A CUDA out-of-memory error is caught
 per contender and shape by :func:`measure` and reported as status "oom".
@@ -33,7 +36,7 @@ from kernels.bench.records import Ceilings, Measurement, Provenance  # noqa: E40
 from kernels.theory import copy_tbps, tflops  # noqa: E402
 from units import GB, cdiv  # noqa: E402
 
-__all__ = ["environment", "do_bench", "graph_ms", "measure", "measure_ceilings", "is_oom", "Rotation",
+__all__ = ["environment", "do_bench", "eager_ms", "graph_ms", "measure", "measure_ceilings", "is_oom", "Rotation",
            "rotations", "sdpa_context", "free_cuda_memory", "ROTATE_TARGET_BYTES", "MAX_ROTATIONS"]
 
 ROTATE_TARGET_BYTES = 1 * GB  # one timed call's inputs span >= this (L2 is ~50 MB)
@@ -93,6 +96,11 @@ def environment(command: str) -> Provenance:
 
 
 EAGER_REPEATS = 3  # eager medians per measurement; the least is reported (see the module docstring)
+
+
+def eager_ms(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> float:
+    """The eager figure of ``fn``: the least of ``EAGER_REPEATS`` do_bench medians (ms)."""
+    return min(do_bench(fn, warmup_ms, rep_ms) for _ in range(EAGER_REPEATS))
 
 
 def do_bench(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> float:
@@ -187,7 +195,7 @@ def measure(contender: str, fn: Callable[[], object], *, unit: str, work: float,
     """
     try:
         peak, err, note = _first_call(fn, check)
-        eager = min(do_bench(fn, warmup_ms, rep_ms) for _ in range(EAGER_REPEATS))
+        eager = eager_ms(fn, warmup_ms, rep_ms)
     except Exception as exc:  # noqa: BLE001 - each failure becomes this shape's record
         return _failure(contender, exc, unit=unit, work=work)
     ms, timing = eager, "eager"
