@@ -15,6 +15,8 @@
   64-4224 programs of 1 and 4 warps; and the INT4 rdq kernel at batch 8, 64/8, over split counts
   at 128 and 1024 tokens per split, so the intercept per split count shows whether the fixed
   cost grows with the programs.
+* ``b1``: the bf16 kernel's tile, warps and stages at batch 1 (32K and 128K), each with its own
+  default split count, and the default config over split counts; cuDNN (contiguous) beside.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -257,6 +259,48 @@ def dispatch_rows() -> list[dict]:
     return rows
 
 
+B1_SHAPES = [(1, 32768, 32), (1, 32768, 64), (1, 131072, 32)]
+B1_CONFIGS = ((64, 4, 3), (64, 4, 2), (64, 4, 4), (32, 4, 3), (32, 4, 4), (32, 2, 3), (32, 2, 4), (64, 8, 3),
+              (128, 4, 2), (128, 8, 2), (128, 8, 3), (16, 2, 4))  # (block_n, num_warps, num_stages)
+B1_SPLITS = (33, 44, 88, 132)
+
+
+def b1_rows() -> list[dict]:
+    from kernels.bench.contenders import DECODE
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_config import DecodeConfig
+    from kernels.paged_decode import decode_num_splits, paged_decode_attention
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    for batch, ctx, hq in B1_SHAPES:
+        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        cudnn = DECODE["sdpa_cudnn"]
+        ref = graph_ms(cudnn.build(x, cudnn.prepare(x)).run, x.rot.n, 5.0, 30.0)
+        x.state.clear()
+        print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
+        trials = [(DecodeConfig(block_n=n, num_warps=w, num_stages=st, waves=1), None) for n, w, st in B1_CONFIGS]
+        trials += [(trials[0][0], s) for s in B1_SPLITS]
+        for cfg, splits in trials:
+            name = f"{cfg.block_n}/{cfg.num_warps}/{cfg.num_stages}"
+            try:
+                used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
+                def call(cfg=cfg, splits=splits):
+                    return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg, num_splits=splits)
+                ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+            except Exception as exc:  # noqa: BLE001 - a config that does not fit is a row, not the end
+                rows.append(dict(part="b1", shape=label, config=name, splits=splits, error=str(exc)[:200]))
+                print(f"  {name:<10} splits {splits}: {type(exc).__name__}", flush=True)
+                continue
+            rows.append(dict(part="b1", shape=label, config=name, splits=used, forced=splits is not None, ms=ms,
+                             cudnn_ms=ref, x_cudnn=ref / ms))
+            print(f"  {name:<10} splits {used:>3}{'!' if splits else ' '} {ms * 1e3:7.1f} us {ref / ms:.3f}x cuDNN",
+                  flush=True)
+        x = None
+        torch.cuda.empty_cache()
+    return rows
+
+
 def _or_error(build):
     """``build()``, or a call that raises what building raised (reported as that piece's row)."""
     try:
@@ -390,7 +434,7 @@ def eager_rows() -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
@@ -411,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += fixed_rows()
     if "dispatch" in parts:
         rows += dispatch_rows()
+    if "b1" in parts:
+        rows += b1_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
