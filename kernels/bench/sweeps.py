@@ -204,9 +204,10 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
 
 def recheck_eager(result: DecodeResult, config: SweepConfig, seed: int = 0) -> DecodeResult:
     """``result`` with the bf16 kernel's eager figure timed once more, now, and the least of the
-    passes kept (``eager_passes`` counts them). What an eager call costs above its GPU work is the
-    host's, and a burst of host load only ever adds to it (:mod:`kernels.bench.timing`). A pass
-    that fails leaves the figure as it was and says why in the note."""
+    passes kept (``eager_passes`` counts them; the note gives each pass's figure). What an eager
+    call costs above its GPU work is the host's, and a burst of host load only ever adds to it
+    (:mod:`kernels.bench.timing`). A pass that fails leaves the figure as it was and says why in
+    the note."""
     m = result.get("triton_paged")
     if m is None or m.status != "ok" or m.eager_ms is None:
         return result
@@ -214,7 +215,8 @@ def recheck_eager(result: DecodeResult, config: SweepConfig, seed: int = 0) -> D
     try:
         x = _decode_inputs(shape, _decode_rotations(shape)[1], seed)
         again = eager_ms(DECODE["triton_paged"].build(x, None).run, config.warmup_ms, config.rep_ms)
-        new = replace(m, eager_ms=min(m.eager_ms, again), eager_passes=m.eager_passes + 1)
+        new = replace(m, eager_ms=min(m.eager_ms, again), eager_passes=m.eager_passes + 1,
+                      note=f"{m.note}; eager passes {m.eager_ms:.4f} and {again:.4f} ms".lstrip("; "))
     except Exception as exc:  # noqa: BLE001 - the first pass stands
         new = replace(m, note=f"{m.note}; second eager pass failed ({type(exc).__name__})".lstrip("; "))
     finally:
