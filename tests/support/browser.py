@@ -35,6 +35,11 @@ _INSTALL_RUN_COUNTER_JS = """() => {
 # Quiet time that counts as idle: reruns queued by several quick key presses start within it.
 _SETTLE_S = 0.6
 _RERUN_TIMEOUT_S = 90.0  # from the action to the end of the run it causes
+# A slider press whose value has not moved by then was lost, and is pressed again (at most
+# _PRESS_RETRIES times): CI once waited out _RERUN_TIMEOUT_S on a seventh press whose value and
+# URL never changed, after six that had.
+_LOST_PRESS_S = 20.0
+_PRESS_RETRIES = 2
 
 
 def wait_idle(page, timeout_s: float = 90.0) -> float:
@@ -57,17 +62,28 @@ def _runs(page) -> int:
     return page.evaluate("() => window.__stRuns ?? 0")
 
 
-def after_rerun(page, action: Callable[[], object]) -> float:
+def after_rerun(page, action: Callable[[], object], *, lost: Callable[[], bool] | None = None) -> float:
     """Do ``action`` (a widget change), then wait for the rerun it causes to finish; returns the
-    seconds from the action to the rerun's last element drawn."""
+    seconds from the action to the rerun's last element drawn.
+
+    ``lost``: tells, once ``_LOST_PRESS_S`` have passed without a rerun, whether the action had
+    no effect at all (then it is done again, up to ``_PRESS_RETRIES`` times)."""
     page.evaluate(_INSTALL_RUN_COUNTER_JS)
     before = _runs(page)
     start = time.monotonic()
     action()
+    retries = 0 if lost is None else _PRESS_RETRIES
+    retry_at = time.monotonic() + _LOST_PRESS_S
     deadline = time.monotonic() + _RERUN_TIMEOUT_S
     while _runs(page) == before:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise TimeoutError(f"no rerun finished within {_RERUN_TIMEOUT_S} s of the action")
+        if retries and now > retry_at and lost():
+            action()
+            retries -= 1
+            retry_at = now + _LOST_PRESS_S
+            deadline = now + _RERUN_TIMEOUT_S
         time.sleep(0.05)
     return wait_idle(page) - start
 
@@ -92,8 +108,9 @@ def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> f
 
     Streamlit sliders are ``role=slider`` thumbs that respond to arrow, Home and End keys. A press
     that lands while the previous one's rerun is still drawing can be lost on a loaded machine
-    (CI once read step 3 after three presses from 1), hence one press per rerun. Returns the
-    seconds the reruns took to draw, summed (see :func:`after_rerun`).
+    (CI once read step 3 after three presses from 1), hence one press per rerun; a press whose
+    value has not moved after ``_LOST_PRESS_S`` is pressed again. Returns the seconds the reruns
+    took to draw, summed (see :func:`after_rerun`).
     """
     slider = page.get_by_role("slider", name=re.compile(re.escape(label)))
     if slider.count() == 0:
@@ -101,11 +118,19 @@ def slider_press(page, label: str, key: str = "ArrowRight", times: int = 1) -> f
         slider = container.get_by_role("slider")
     thumb = slider.first
 
-    def press() -> None:
-        thumb.focus()
-        thumb.press(key)
+    def current() -> str:  # an <input type=range> in this Streamlit; an ARIA thumb elsewhere
+        return thumb.evaluate("e => e.value ?? e.getAttribute('aria-valuenow')")
 
-    return sum(after_rerun(page, press) for _ in range(times))
+    def one_press() -> float:
+        value = current()
+
+        def press() -> None:
+            thumb.focus()
+            thumb.press(key)
+
+        return after_rerun(page, press, lost=lambda: current() == value)
+
+    return sum(one_press() for _ in range(times))
 
 
 def fill_number(page, label: str, value: str) -> None:
