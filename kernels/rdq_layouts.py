@@ -29,8 +29,7 @@ importable anywhere; the kernel's layouts are built from these lists.
 from __future__ import annotations
 
 __all__ = ["k_physical_byte", "v_physical_byte", "INT4_K_ELEMENT_BYTE", "FP8_K_ELEMENT_BYTE",
-           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_K_RAW_PTX",
-           "INT4_RAW_LOW_OFFSET", "INT4_RAW_HIGH_OFFSET", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX",
+           "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX",
            "MOVMATRIX_PTX", "p_transpose_reshape"]
 
 # Which byte of a 32-bit code word the m-th value a K conversion returns comes from. INT4: the
@@ -108,21 +107,6 @@ sub.f16x2 $1, $1, k1032;
 fma.rn.f16x2 $2, $2, k16, km72;
 fma.rn.f16x2 $3, $3, k16, km72;
 }"""
-
-# INT4 K with its offsets left in (RdqConfig(bias_k=True)): the same words -> fp16 1024 + c (low
-# nibbles, $0, $1) and 1024 + 16 c (high, $2, $3). The scores subtract 1032 and, with the query's
-# high half taken at 1/16, 1152 times the query's sum once per head instead (kernels.rdq_swap).
-INT4_K_RAW_PTX = """{
-.reg .b32 w8;
-shr.b32 w8, $4, 8;
-lop3.b32 $0, $4, 0x000F000F, 0x64006400, 0xEA;
-lop3.b32 $1, w8, 0x000F000F, 0x64006400, 0xEA;
-lop3.b32 $2, $4, 0x00F000F0, 0x64006400, 0xEA;
-lop3.b32 $3, w8, 0x00F000F0, 0x64006400, 0xEA;
-}"""
-# The offsets INT4_K_RAW_PTX leaves in: c - 8 = raw - 1032 (low), raw / 16 - 72 (high).
-INT4_RAW_LOW_OFFSET = 1032.0
-INT4_RAW_HIGH_OFFSET = 1152.0  # 72 * 16: the high half's offset at the query's 1/16
 
 # INT4 V: a word of an even token ($8, bytes A0..A3) and of the next token ($9, B0..B3) -> fp16
 # pairs (token a, token b) at one dim: low nibbles of bytes 0, 1 ($0, $1) and 2, 3 ($2, $3), high

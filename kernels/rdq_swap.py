@@ -32,8 +32,7 @@ the row design). Everything else as :mod:`kernels.paged_decode_rdq`.
 from __future__ import annotations
 
 from kernels.paged_decode_gluon import _HAVE_GLUON
-from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_K_RAW_PTX, INT4_RAW_HIGH_OFFSET,
-                                 INT4_RAW_LOW_OFFSET, INT4_V_PTX, MOVMATRIX_PTX)
+from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, MOVMATRIX_PTX
 
 if _HAVE_GLUON:
     from triton.experimental import gluon
@@ -56,9 +55,6 @@ def swapped_heads(group: int) -> int:
 
 if _HAVE_GLUON:
     _INT4_K_ASM = gl.constexpr(INT4_K_PTX)
-    _INT4_K_RAW_ASM = gl.constexpr(INT4_K_RAW_PTX)
-    _RAW_LOW = gl.constexpr(INT4_RAW_LOW_OFFSET)
-    _RAW_HIGH = gl.constexpr(INT4_RAW_HIGH_OFFSET)
     _INT4_V_ASM = gl.constexpr(INT4_V_PTX)
     _FP8_K_ASM = gl.constexpr(FP8_K_PTX)
     _FP8_V_ASM = gl.constexpr(FP8_V_PTX)
@@ -83,27 +79,14 @@ if _HAVE_GLUON:
                                  b_op)
 
     @gluon.jit
-    def _query_t_sum(q_ptrs, q_mask, q_scale, b_op: gl.constexpr, head_layout: gl.constexpr):
-        """:func:`_query_t` and the sum of each head's column of it (fp32 of the fp16 values the
-        MMA reads): what the K offsets of ``bias_k`` add to that head's scores, per unit offset."""
-        q16 = (gl.load(q_ptrs, mask=q_mask, other=0.0).to(gl.float32) * q_scale).to(gl.float16)
-        return gl.convert_layout(q16, b_op), gl.convert_layout(gl.sum(q16.to(gl.float32), axis=0), head_layout)
-
-    @gluon.jit
-    def _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, c_lo, c_hi, a_op: gl.constexpr, BLOCK_N: gl.constexpr,
-                     RB: gl.constexpr, BIAS_K: gl.constexpr):
+    def _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op: gl.constexpr, BLOCK_N: gl.constexpr,
+                     RB: gl.constexpr):
         """S^T ``[BLOCK_N, HEADS]`` of one INT4 tile (unmasked): both code halves dequantised into
-        A operands, times ``Q^T`` plus ``c_lo``/``c_hi``, each scaled by its tokens' scale (``ks_lo``,
-        ``ks_hi``). ``BIAS_K``: the codes keep their offsets (:data:`kernels.rdq_layouts.INT4_K_RAW_PTX`),
-        which ``c_lo``/``c_hi`` take off per head, and ``qt_hi`` is at 1/16."""
-        if BIAS_K:
-            k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_RAW_ASM, "=r,=r,=r,=r,r", [kc],
-                                                   dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-        else:
-            k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc],
-                                                   dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-        s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo, c_lo)
-        s_hi = mma_v2(gl.convert_layout(gl.permute(k_logical(k_hi, BLOCK_N, RB), (1, 0)), a_op), qt_hi, c_hi)
+        A operands, times ``Q^T``, each scaled by its tokens' scale (``ks_lo``, ``ks_hi``)."""
+        k_lo, k_hi = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kc], dtype=(gl.float16, gl.float16),
+                                               is_pure=True, pack=4)
+        s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo, s_zero)
+        s_hi = mma_v2(gl.convert_layout(gl.permute(k_logical(k_hi, BLOCK_N, RB), (1, 0)), a_op), qt_hi, s_zero)
         return s_lo * gl.expand_dims(ks_lo, 1) + s_hi * gl.expand_dims(ks_hi, 1)
 
     @gluon.jit
@@ -167,12 +150,10 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr,
-                       BIAS_K: gl.constexpr = False):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
-        ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes;
-        ``BIAS_K``: INT4 K codes with their offsets, taken off the scores per head)."""
+        ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
         HEADS: gl.constexpr = 8 if GROUP <= 8 else 16
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
@@ -194,25 +175,15 @@ if _HAVE_GLUON:
             q_scale = qk_scale
         else:
             q_scale = qk_scale * gl.load(k_scales_ptr + kv_head)
-        s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
-        c_lo = s_zero
-        c_hi = s_zero
-        if INT4 and BIAS_K:
-            # S^T = K_raw Q^T - offsets x column sums of Q^T, the high half's query at 1/16:
-            # sum_d q (c - 8) = sum_d q (1024 + c) - 1032 sum_d q, and (q / 16)(1024 + 16 c) - 1152 (q / 16).
-            qt_lo, q_sum_lo = _query_t_sum(q_ptrs, q_mask, q_scale, b_op, head_layout)
-            qt_hi, q_sum_hi = _query_t_sum(q_ptrs + RB, q_mask, q_scale * 0.0625, b_op, head_layout)
-            c_lo = s_zero - gl.expand_dims(q_sum_lo * _RAW_LOW, 0)
-            c_hi = s_zero - gl.expand_dims(q_sum_hi * _RAW_HIGH, 0)
-        else:
-            qt_lo = _query_t(q_ptrs, q_mask, q_scale, b_op)
-            if INT4:
-                qt_hi = _query_t(q_ptrs + RB, q_mask, q_scale, b_op)
+        qt_lo = _query_t(q_ptrs, q_mask, q_scale, b_op)
+        if INT4:
+            qt_hi = _query_t(q_ptrs + RB, q_mask, q_scale, b_op)
 
         m_i = gl.full([HEADS], float("-inf"), gl.float32, layout=head_layout)
         l_acc = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)  # per-lane partial sums, reduced after the loop
         o_lo = gl.zeros([RB, HEADS], gl.float32, mma)
         o_hi = gl.zeros([RB, HEADS], gl.float32, mma)
+        s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
         rows = gl.arange(0, BLOCK_N, layout=token_layout)
         slot = 0  # ring slot of tile j
         for j in range(n_tiles):
@@ -235,7 +206,7 @@ if _HAVE_GLUON:
                                            BLOCK_N, token_layout)
                 ks_lo, ks_hi = scale_halves(ks_words, token_layout)
                 vs_lo, vs_hi = scale_halves(vs_words, token_layout)
-                s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, c_lo, c_hi, a_op, BLOCK_N, RB, BIAS_K)
+                s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
             else:
                 k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True,
                                                 pack=4)

@@ -38,9 +38,6 @@ from kernels.rdq_layouts import (
     FP8_V_PTX,
     INT4_K_ELEMENT_BYTE,
     INT4_K_PTX,
-    INT4_K_RAW_PTX,
-    INT4_RAW_HIGH_OFFSET,
-    INT4_RAW_LOW_OFFSET,
     INT4_V_PTX,
     k_physical_byte,
     k_tile_layout_bases,
@@ -274,19 +271,6 @@ def test_int4_k_ptx_gives_codes_minus_8_in_its_element_order():
         # INT4_K_ELEMENT_BYTE[m], minus 8.
         assert _vals(r, ("$0", "$1")) == [(codes[b] & 15) - 8 for b in INT4_K_ELEMENT_BYTE], codes
         assert _vals(r, ("$2", "$3")) == [(codes[b] >> 4) - 8 for b in INT4_K_ELEMENT_BYTE], codes
-
-
-def test_int4_raw_k_ptx_keeps_offsets_that_the_bias_takes_off():
-    for codes in _words(np.random.default_rng(3), 0):
-        r = _run_ptx(INT4_K_RAW_PTX, {"$4": _pack(codes)})
-        # By hand: fp16 0x6400 | c = 1024 + c, 0x6400 | 16 c = 1024 + 16 c, in the element order of
-        # INT4_K_PTX; minus 1032, and at the query's 1/16 minus 1152 / 16 = 72, they are c - 8.
-        low = _vals(r, ("$0", "$1"))
-        high = _vals(r, ("$2", "$3"))
-        assert low == [1024 + (codes[b] & 15) for b in INT4_K_ELEMENT_BYTE], codes
-        assert high == [1024 + 16 * (codes[b] >> 4) for b in INT4_K_ELEMENT_BYTE], codes
-        assert [x - INT4_RAW_LOW_OFFSET for x in low] == [(codes[b] & 15) - 8 for b in INT4_K_ELEMENT_BYTE]
-        assert [(x - INT4_RAW_HIGH_OFFSET) / 16 for x in high] == [(codes[b] >> 4) - 8 for b in INT4_K_ELEMENT_BYTE]
 
 
 def test_int4_v_ptx_pairs_two_tokens_at_each_byte():
