@@ -39,12 +39,12 @@ TARGET_LIMITS: dict[str, str] = {
     "decode_int4_vs_bf16":
         "On Hopper INT4 runs the register-dequant warp-MMA kernel (codes dequantised in registers into "
         "16x8 MMA operands, scales through the copy ring); its 16 one-warp programs per SM stream near "
-        "bandwidth once running, at ~22 instructions per token, but at batch 8 x 32K the 33-split grid "
+        "bandwidth once running, at ~25 instructions per token, but at batch 8 x 32K the 33-split grid "
         "costs ~24 us that do not shrink with the context (its first tiles, 2,112 partials and their "
-        "merge) of ~107: it meets 2.8x at batch 128 x 32K. Fewer instructions (an int8 q.k: +1 %; K's "
-        "offsets as a per-head bias, 7 % fewer: -1 %) and "
-        "two tiles in flight per warp (more registers, fewer warps: -18 %) did not pay. Elsewhere the "
-        "Triton kernel (0.84x) runs, which unpacks every value in registers and moves it between layouts.",
+        "merge) of ~107, and the larger shapes reach 2.6-2.8x. Fewer instructions (an int8 q.k: +1 %; "
+        "K's offsets as a per-head bias, 7 % fewer: -1 %) and two tiles in flight per warp (more "
+        "registers, fewer warps: -18 %) did not pay. Elsewhere the Triton kernel (0.84x) runs, which "
+        "unpacks every value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "
         "eager calls merge inside the split kernel (one launch) and launch the compiled kernel "
