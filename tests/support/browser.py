@@ -58,13 +58,19 @@ def wait_idle(page, timeout_s: float = 90.0) -> float:
     raise TimeoutError(f"app still running after {timeout_s} s")
 
 
-def _runs(page) -> int:
-    return page.evaluate("() => window.__stRuns ?? 0")
+def _runs(page) -> tuple[int, str]:
+    """The finished-run count and the page's URL: a run that the count misses still shows in the
+    URL when it writes the widget state there (every page of this app does)."""
+    return tuple(page.evaluate("() => [window.__stRuns ?? 0, location.href]"))
 
 
 def after_rerun(page, action: Callable[[], object], *, lost: Callable[[], bool] | None = None) -> float:
     """Do ``action`` (a widget change), then wait for the rerun it causes to finish; returns the
-    seconds from the action to the rerun's last element drawn.
+    seconds from the action to the rerun's last element drawn. The rerun counts as having
+    happened when the finished-run count moves or the URL changes (CI once timed out on a pick
+    whose rerun had written the new model into the URL while the count stood still: a run that
+    starts and ends within one frame of a starved browser can leave the script-state attribute
+    unchanged); :func:`wait_idle` then waits for it to end.
 
     ``lost``: tells, once ``_LOST_PRESS_S`` have passed without a rerun, whether the action had
     no effect at all (then it is done again, up to ``_PRESS_RETRIES`` times)."""
