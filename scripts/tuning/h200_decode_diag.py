@@ -17,6 +17,9 @@
   cost grows with the programs.
 * ``b1``: the bf16 kernel's tile, warps and stages at batch 1 (32K and 128K), each with its own
   default split count, and the default config over split counts; cuDNN (contiguous) beside.
+* ``nomerge``: what the partials and their merge cost the INT4 rdq kernel at batch 8 (33 splits,
+  the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
+  and with every split writing the output instead of a partial (a wrong result, timed only).
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -301,6 +304,50 @@ def b1_rows() -> list[dict]:
     return rows
 
 
+NOMERGE_SHAPES = [(8, 32768, 64), (8, 32768, 32), (32, 16384, 64)]
+
+
+def nomerge_rows() -> list[dict]:
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.paged_decode_rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
+                                          rdq_paged_decode)
+    from kernels.decode_launch import check_call_options
+    from kernels.paged_decode import LOG2_E
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    cfg = default_rdq_config("int4")
+    for batch, ctx, hq in NOMERGE_SHAPES:
+        label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        k, v, kw = quantized_pools("int4", x.k, x.v)
+
+        def variant(kind: str):
+            def call():
+                q, kk, vv, t = _qt(x, k, v)
+                if kind == "as called":
+                    return rdq_paged_decode(q, kk, vv, t, x.lens, validate=False, config=cfg)
+                c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
+                args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+                if kind == "outputs, no partials":
+                    shape = dict(fmt=fmt, group=q.shape[1] // kk.data.shape[1], head_dim=q.shape[2],
+                                 block_size=kk.data.shape[2])
+                    constexprs = _launch_kwargs(c, **shape, split=False, early_merge=False)
+                _launch_rdq_kernel(plan.grid, args, constexprs)  # "partials, no merge": as called, less the merge
+                return out
+            return call
+
+        line = []
+        for kind in ("as called", "partials, no merge", "outputs, no partials"):
+            us = graph_ms(variant(kind), x.rot.n, 5.0, 30.0) * 1e3
+            rows.append(dict(part="nomerge", shape=label, variant=kind, us=us))
+            line.append(f"{kind} {us:.1f} us")
+        print(f"{label:<16} " + " | ".join(line), flush=True)
+        x = k = v = None
+        torch.cuda.empty_cache()
+    return rows
+
+
 def _or_error(build):
     """``build()``, or a call that raises what building raised (reported as that piece's row)."""
     try:
@@ -434,7 +481,7 @@ def eager_rows() -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
@@ -457,6 +504,8 @@ def main(argv: list[str] | None = None) -> int:
         rows += dispatch_rows()
     if "b1" in parts:
         rows += b1_rows()
+    if "nomerge" in parts:
+        rows += nomerge_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
