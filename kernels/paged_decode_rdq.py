@@ -106,7 +106,6 @@ class RdqConfig:
     swap_ab: bool = False
     pdl: bool = True
     ring_scales: bool = False
-    lazy_max: bool = False
 
     def __post_init__(self) -> None:
         if self.block_n not in (16, 32, 64):
@@ -118,7 +117,7 @@ class RdqConfig:
             raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
-        for flag in ("swap_ab", "pdl", "ring_scales", "lazy_max"):
+        for flag in ("swap_ab", "pdl", "ring_scales"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
@@ -131,7 +130,7 @@ class RdqConfig:
         return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
                 + (f" {self.per_sm}/SM" if self.per_sm else "")
                 + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl")
-                + (" ring-scales" if self.ring_scales else "") + (" lazy-max" if self.lazy_max else ""))
+                + (" ring-scales" if self.ring_scales else ""))
 
 
 # Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
@@ -165,7 +164,6 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=6, swap_ab=True, per_sm=4),
     RdqConfig(block_n=16, num_stages=3, swap_ab=True, ring_scales=True),
     RdqConfig(block_n=16, num_stages=4, swap_ab=True, ring_scales=True),
-    RdqConfig(block_n=16, num_stages=3, swap_ab=True, ring_scales=True, lazy_max=True),
 )
 
 if _HAVE_GLUON:
@@ -202,7 +200,6 @@ if _HAVE_GLUON:
         SPLIT: gl.constexpr,  # write partials + lse for the merge kernel instead of the output
         SWAP_AB: gl.constexpr,  # heads as the MMA's N (kernels.rdq_swap) instead of its M
         RING_SCALES: gl.constexpr,  # INT4, swapped: scale words through the ring with their codes
-        LAZY_MAX: gl.constexpr,  # INT4, swapped: P against earlier tiles' max, this tile's reduced beside p.V
         EARLY_MERGE_LAUNCH: gl.constexpr,  # let the merge kernel (a PDL dependent) start now
         k_layout: gl.constexpr,  # the K code tile's register layout (tile_layouts)
         v_layout: gl.constexpr,  # the V code tile's
@@ -259,7 +256,7 @@ if _HAVE_GLUON:
                            seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
                            stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                            stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
-                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, ks_ring, vs_ring, RING_SCALES, LAZY_MAX)
+                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, ks_ring, vs_ring, RING_SCALES)
         else:
             _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
                          table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
@@ -415,7 +412,6 @@ def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_si
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
                 STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab,
                 RING_SCALES=cfg.ring_scales and cfg.swap_ab and fmt == "int4",
-                LAZY_MAX=cfg.lazy_max and cfg.swap_ab and fmt == "int4",
                 EARLY_MERGE_LAUNCH=early_merge,
                 k_layout=k_layout, v_layout=v_layout,
                 ring_layout=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))

@@ -150,8 +150,7 @@ if _HAVE_GLUON:
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr,
-                       LAZY_MAX: gl.constexpr = False):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
         ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
@@ -213,28 +212,10 @@ if _HAVE_GLUON:
                                                 pack=4)
                 s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
                            s_zero)
-            if INT4 and LAZY_MAX:
-                # P against the running max of earlier tiles; this tile's max is reduced beside
-                # the p.V product and rescales afterwards (first tile: its own max).
-                s = gl.where(gl.expand_dims(rows < end - tile, 1), s, float("-inf"))
-                if j == 0:
-                    m_i = gl.max(s, axis=0)
-                p = gl.exp2(s - gl.expand_dims(m_i, 0))
-                t = gl.max(s, axis=0)
-                l_acc = l_acc + p
-                o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
-                if gl.max(t - m_i, axis=0) > 0.0:
-                    m_new = gl.maximum(m_i, t)
-                    alpha = gl.expand_dims(gl.exp2(m_i - m_new), 0)
-                    l_acc = l_acc * alpha
-                    o_lo = o_lo * alpha
-                    o_hi = o_hi * alpha
-                    m_i = m_new
-            elif INT4:
-                p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
+            p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
+            if INT4:
                 o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
             else:
-                p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
                 even, odd = token_pairs(vc, BLOCK_N, RB)
                 x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
                                                    dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
