@@ -42,8 +42,8 @@ TARGET_LIMITS: dict[str, str] = {
         "bandwidth once running, at ~25 instructions per token, but at batch 8 x 32K the 33-split grid "
         "costs ~24 us that do not shrink with the context (its first tiles, 2,112 partials and their "
         "merge) of ~107, and the larger shapes reach 2.6-2.8x. Fewer instructions (an int8 q.k: +1 %; "
-        "K's offsets as a per-head bias, 7 % fewer: -1 %) and two tiles in flight per warp (more "
-        "registers, fewer warps: -18 %) did not pay. Elsewhere the Triton kernel (0.84x) runs, which "
+        "K's offsets as a per-head bias, 7 % fewer: -1 %), the softmax's reductions taken off the chain "
+        "(+1 %) and two tiles in flight per warp (more registers, fewer warps: -18 %) did not pay. Elsewhere the Triton kernel (0.84x) runs, which "
         "unpacks every value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "
