@@ -435,12 +435,21 @@ def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> 
     merges, :func:`merges_inline`)."""
     (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
     fp8 = k_dtype == FP8_DTYPE
+    return dict(HAS_SCALES=fp8, FP8_KV=fp8, FP8_QK=fp8 and config.fp8_qk_dot and not interpreted(device),
+                **split_kernel_constexprs(config, n_q_heads // n_kv_heads, head_dim, block_size, split, inline,
+                                          device))
+
+
+def split_kernel_constexprs(config, group: int, head_dim: int, block_size: int, split: bool, inline: bool,
+                            device: torch.device) -> dict:
+    """What this module's split kernel and the INT4 one (:mod:`kernels.paged_decode_int4`) share
+    among their compile-time values and launch options: the shape, the split and its merge
+    (``inline`` from :func:`kernels.decode_merge.merges_inline`), the interpreter's fp32 dots, and
+    the config's warps, stages and register cap."""
     interpret = interpreted(device)
-    group = n_q_heads // n_kv_heads
     return dict(
         GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-        PAGE_SIZE=block_size, BLOCK_N=config.block_n, HAS_SCALES=fp8, FP8_KV=fp8,
-        FP8_QK=fp8 and config.fp8_qk_dot and not interpret, SPLIT=split,
+        PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=split,
         EARLY_MERGE_LAUNCH=pdl_merge(config, split and not inline, device),
         **merge_constexprs(config, inline, group, head_dim),
         INTERPRET=interpret, num_warps=config.num_warps, num_stages=config.num_stages,

@@ -39,7 +39,6 @@ from kernels.decode_launch import (  # noqa: E402
     capturing,
     check_call_options,
     checked_once,
-    interpreted,
     planned_split,
     signature,
     split_buffers,
@@ -48,11 +47,9 @@ from kernels.int4_cache import Int4Pool  # noqa: E402
 from kernels.decode_merge import (  # noqa: E402
     choose_merge_plan,
     inline_counters,
-    merge_constexprs,
     merge_splits,
-    pdl_merge,
 )
-from kernels.paged_decode import LOG2_E, MIN_GROUP_PAD, _split_range, _write_output  # noqa: E402
+from kernels.paged_decode import LOG2_E, _split_range, _write_output, split_kernel_constexprs  # noqa: E402
 from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.paged_decode_rdq import rdq_paged_decode  # noqa: E402
 
@@ -277,10 +274,4 @@ _launch_int4_kernel = DirectLauncher(_paged_decode_int4_kernel)  # eager calls a
 def _constexprs(group: int, head_dim: int, block_size: int, config: DecodeConfig, dequant: int, split: bool,
                 inline: bool, device: torch.device) -> dict:
     """The INT4 kernel's compile-time values and launch options for one call variant."""
-    return dict(GROUP=group, GROUP_PAD=max(MIN_GROUP_PAD, triton.next_power_of_2(group)), HEAD_DIM=head_dim,
-                PAGE_SIZE=block_size, BLOCK_N=config.block_n, SPLIT=split,
-                DEQUANT=dequant, INTERPRET=interpreted(device),
-                EARLY_MERGE_LAUNCH=pdl_merge(config, split and not inline, device),
-                **merge_constexprs(config, inline, group, head_dim),
-                num_warps=config.num_warps, num_stages=config.num_stages,
-                **({} if config.maxnreg is None or interpreted(device) else {"maxnreg": config.maxnreg}))
+    return dict(DEQUANT=dequant, **split_kernel_constexprs(config, group, head_dim, block_size, split, inline, device))

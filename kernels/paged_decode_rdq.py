@@ -237,18 +237,14 @@ if _HAVE_GLUON:
             words: gl.constexpr = gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0])  # per slot
             ks_ring = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], words)
             vs_ring = gl.allocate_shared_memory(gl.int32, [STAGES, BLOCK_N], words)
-            for t in gl.static_range(STAGES - 1):
-                issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
-                            v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
-                            v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst, stride_vsb,
-                            stride_vst, True, scale_layout)
         else:
             ks_ring = k_ring  # not read
             vs_ring = v_ring
-            for t in gl.static_range(STAGES - 1):
-                issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
-                            v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
-                            v_layout)
+        for t in gl.static_range(STAGES - 1):
+            issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
+                        v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
+                        v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst, stride_vsb,
+                        stride_vst, RING_SCALES, scale_layout)
 
         if SWAP_AB:
             attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
@@ -582,7 +578,7 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
         (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(
             *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
-            **_constexprs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device)), **_options(cfg)),
+            **_launch_kwargs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device))),
         single_wave=True, single_wave_per_sm=cfg.per_sm)
     if plan_only:
         return plan, resident

@@ -154,13 +154,31 @@ B1_CONTEXTS = (8192, 16384, 32768, 65536, 131072)
 
 def _line(xs, ys) -> tuple[float, float]:
     """Least-squares ``(intercept, slope)`` of ``ys`` against ``xs``."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return my - slope * mx, slope
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return intercept, slope
+
+
+def _fits(rows: list[dict], names, label: str = "") -> list[dict]:
+    """Per variant name, the line through its rows' ``(context, us)`` points: the intercept is the
+    cost that does not shrink with the tokens (printed, and returned as rows)."""
+    fits = []
+    for name in names:
+        pts = [(r["context"], r["ms"] * 1e3) for r in rows if r.get("variant") == name and "context" in r]
+        a, b = _line(*zip(*pts))
+        fits.append(dict(part="fixed", variant=f"{label}{name}", intercept_us=a, us_per_1k_tokens=b * 1024))
+        print(f"{label}{name}: intercept {a:.1f} us, {b * 1024:.3f} us per 1K tokens of context", flush=True)
+    return fits
+
+
+def _cudnn_call(x):
+    """SDPA-cuDNN on the contiguous copy of ``x``'s KV, as the harness times it."""
+    from kernels.bench.contenders import DECODE
+
+    cudnn = DECODE["sdpa_cudnn"]
+    return cudnn.build(x, cudnn.prepare(x)).run
 
 
 def fixed_rows() -> list[dict]:
-    from kernels.bench.contenders import DECODE
     from kernels.bench.timing import graph_ms
     from kernels.decode_backends import default_rdq_config
     from kernels.decode_merge import merge_splits
@@ -183,11 +201,7 @@ def fixed_rows() -> list[dict]:
             print(f"{label:<16} {name:<18} {ms * 1e3:8.1f} us {rows[-1]['kernels_us']}", flush=True)
         x = k = v = None
         torch.cuda.empty_cache()
-    for name in variants:
-        pts = [(r["context"], r["ms"] * 1e3) for r in rows if r.get("variant") == name]
-        a, b = _line(*zip(*pts))
-        rows.append(dict(part="fixed", variant=name, intercept_us=a, us_per_1k_tokens=b * 1024))
-        print(f"{name}: intercept {a:.1f} us, {b * 1024:.2f} us per 1K tokens of context", flush=True)
+    rows += _fits(rows, variants)
     part = torch.randn(8, 64, FIXED_SPLITS, 128, device="cuda")
     lse = torch.randn(8, 64, FIXED_SPLITS, device="cuda")
     out = torch.empty(8, 64, 128, device="cuda", dtype=torch.bfloat16)
@@ -198,21 +212,14 @@ def fixed_rows() -> list[dict]:
         label, _, x = decode_shape_inputs(1, ctx, 32, memory_share=4)
         def bf16():
             return paged_decode_attention(*_qt(x), x.lens, validate=False)
-        cudnn = DECODE["sdpa_cudnn"]
-        run = cudnn.build(x, cudnn.prepare(x)).run
-        for name, fn in (("bf16", bf16), ("cudnn", run)):
+        for name, fn in (("bf16", bf16), ("cudnn", _cudnn_call(x))):
             ms = graph_ms(fn, x.rot.n, 5.0, 30.0)
             rows.append(dict(part="fixed", shape=label, context=ctx, variant=name, ms=ms,
                              kernels_us=_kernel_times(fn)))
             print(f"{label:<16} {name:<6} {ms * 1e3:8.1f} us {rows[-1]['kernels_us']}", flush=True)
         x = None
         torch.cuda.empty_cache()
-    for name in ("bf16", "cudnn"):
-        pts = [(r["context"], r["ms"] * 1e3) for r in rows if r.get("variant") == name and "context" in r]
-        a, b = _line(*zip(*pts))
-        rows.append(dict(part="fixed", variant=f"B1 {name}", intercept_us=a, us_per_1k_tokens=b * 1024))
-        print(f"B1 {name}: intercept {a:.1f} us, {b * 1024:.3f} us per 1K tokens", flush=True)
-    return rows
+    return rows + _fits(rows, ("bf16", "cudnn"), "B1 ")
 
 
 DISPATCH_GRIDS = (64, 528, 1056, 2112, 4224)
@@ -269,7 +276,6 @@ B1_SPLITS = (33, 44, 88, 132)
 
 
 def b1_rows() -> list[dict]:
-    from kernels.bench.contenders import DECODE
     from kernels.bench.timing import graph_ms
     from kernels.decode_config import DecodeConfig
     from kernels.paged_decode import decode_num_splits, paged_decode_attention
@@ -278,8 +284,7 @@ def b1_rows() -> list[dict]:
     rows = []
     for batch, ctx, hq in B1_SHAPES:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        cudnn = DECODE["sdpa_cudnn"]
-        ref = graph_ms(cudnn.build(x, cudnn.prepare(x)).run, x.rot.n, 5.0, 30.0)
+        ref = graph_ms(_cudnn_call(x), x.rot.n, 5.0, 30.0)
         x.state.clear()
         print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
         trials = [(DecodeConfig(block_n=n, num_warps=w, num_stages=st, waves=1), None) for n, w, st in B1_CONFIGS]
@@ -478,6 +483,11 @@ def eager_rows() -> tuple[list[dict], str]:
     return rows, profile_text
 
 
+# The parts that return rows only (``eager`` also returns a profile), in the order they run.
+PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
+         "b1": b1_rows, "nomerge": nomerge_rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
@@ -492,20 +502,9 @@ def main(argv: list[str] | None = None) -> int:
     if "eager" in parts:
         r, profile_text = eager_rows()
         rows += r
-    if "host" in parts:
-        rows += host_rows()
-    if "gqa" in parts:
-        rows += gqa_rows()
-    if "splits" in parts:
-        rows += split_rows()
-    if "fixed" in parts:
-        rows += fixed_rows()
-    if "dispatch" in parts:
-        rows += dispatch_rows()
-    if "b1" in parts:
-        rows += b1_rows()
-    if "nomerge" in parts:
-        rows += nomerge_rows()
+    for name, part_rows in PARTS.items():
+        if name in parts:
+            rows += part_rows()
     if args.json:
         with open(args.json, "w") as f:
             f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
