@@ -20,6 +20,11 @@
 * ``nomerge``: what the partials and their merge cost the INT4 rdq kernel at batch 8 (33 splits,
   the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
   and with every split writing the output instead of a partial (a wrong result, timed only).
+* ``pattern``: whether the bf16 kernel's gap to cuDNN is its access pattern or its code. The
+  same kernel at the large shapes (and batch 1 x 32K) over one KV in four arrangements: the
+  harness's shuffled block-16 tables, the same pool read in order, a head-major pool read in
+  order (each head's sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and
+  head-major in order; cuDNN on the contiguous copy beside (CUDA-graph medians).
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -484,14 +489,69 @@ def eager_rows() -> tuple[list[dict], str]:
 
 
 # The parts that return rows only (``eager`` also returns a profile), in the order they run.
+PATTERN_SHAPES = [(32, 16384, 64), (8, 32768, 64), (1, 32768, 32)]
+
+
+def _head_major(pool: torch.Tensor) -> torch.Tensor:
+    """``pool`` ``[blocks, heads, slots, d]`` copied head-major: the same indices, each head's blocks
+    one contiguous run (a ``[heads, blocks, slots, d]`` tensor seen through a permuted view)."""
+    return pool.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)
+
+
+def pattern_rows() -> list[dict]:
+    from kernels.bench.timing import graph_ms
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.theory import decode_kv_bytes
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    for batch, ctx, hq in PATTERN_SHAPES:
+        label, kv_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=6)
+        n_rot, bps = x.rot.n, x.tables.shape[2]
+        ref = graph_ms(_cudnn_call(x), n_rot, 5.0, 30.0)
+        x.state.clear()
+        in_order = torch.arange(x.k.shape[0], dtype=torch.int32, device="cuda").reshape(n_rot, batch, bps)
+        k256 = torch.randn(x.k.shape[0] // 16, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
+        v256 = torch.randn_like(k256)
+        t256 = in_order[:, :, ::16] // 16
+        perm256 = torch.randperm(k256.shape[0], device="cuda").to(torch.int32).reshape(t256.shape)
+        arrangements = [("block 16 shuffled", lambda: (x.k, x.v, x.tables)),
+                        ("block 16 in order", lambda: (x.k, x.v, in_order)),
+                        ("block 16 head-major in order", lambda: (_head_major(x.k), _head_major(x.v), in_order)),
+                        ("block 256 shuffled", lambda: (k256, v256, perm256)),
+                        ("block 256 head-major in order", lambda: (_head_major(k256), _head_major(v256), t256))]
+        print(f"{label:<16} cudnn {ref * 1e3:.1f} us ({kv_bytes / ref / 1e9:.2f} TB/s)", flush=True)
+        for name, build in arrangements:
+            try:
+                k, v, tables = build()
+
+                def call(k=k, v=v, tables=tables):
+                    i = x.rot.next()
+                    return paged_decode_attention(x.q[i], k, v, tables[i], x.lens, validate=False)
+                ms = graph_ms(call, n_rot, 5.0, 30.0)
+            except Exception as exc:  # noqa: BLE001 - one arrangement that fails is a row, not the end
+                rows.append(dict(part="pattern", shape=label, arrangement=name, error=str(exc)[:200]))
+                print(f"  {name:<30} {type(exc).__name__}: {str(exc)[:120]}", flush=True)
+                continue
+            tbps = decode_kv_bytes(batch, ctx, 8, 128, 2) / (ms * 1e-3) / 1e12
+            rows.append(dict(part="pattern", shape=label, arrangement=name, ms=ms, tbps=tbps, cudnn_ms=ref,
+                             x_cudnn=ref / ms))
+            print(f"  {name:<30} {ms * 1e3:7.1f} us {tbps:.2f} TB/s {ref / ms:.3f}x cuDNN", flush=True)
+            k = v = tables = None
+            torch.cuda.empty_cache()
+        x = k256 = v256 = None
+        torch.cuda.empty_cache()
+    return rows
+
+
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
-         "b1": b1_rows, "nomerge": nomerge_rows}
+         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
