@@ -25,6 +25,10 @@
   harness's shuffled block-16 tables, the same pool read in order, a head-major pool read in
   order (each head's sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and
   head-major in order; cuDNN on the contiguous copy beside (CUDA-graph medians).
+* ``large``: the bf16 kernel at the large shapes and batch 1 with deeper pipelines (5-8 stages:
+  two or three K/V tiles in flight per program, where 2-4 stages give one) and cuDNN's own plan
+  (Nsight Compute: one 4-warp CTA per (KV head, sequence), 128-token tiles, two per SM, no split
+  at batch 32), each at its default split count and forced ones (CUDA-graph medians).
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -544,14 +548,56 @@ def pattern_rows() -> list[dict]:
     return rows
 
 
+# ``large``: (batch, context, query heads) and the split counts timed for each config.
+LARGE_SHAPES = [((32, 16384, 64), (None, 1, 2, 3)), ((8, 32768, 64), (None, 4, 8, 12)), ((128, 4096, 64), (None, 1)),
+                ((1, 32768, 32), (None, 32, 66)), ((1, 131072, 32), (None, 32, 66))]
+# Triton's pipeliner double-buffers the K/V tiles only from 5 stages (triple from 8): with the
+# table lookup in the chain, 2-4 stages leave one tile in flight.
+LARGE_CONFIGS = ((64, 4, 3), (64, 4, 5), (64, 4, 8), (32, 4, 6), (32, 4, 8), (32, 2, 8), (64, 8, 5), (128, 4, 5))
+
+
+def large_rows() -> list[dict]:
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_config import DecodeConfig
+    from kernels.paged_decode import decode_num_splits, paged_decode_attention
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows = []
+    for (batch, ctx, hq), split_counts in LARGE_SHAPES:
+        label, kv_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+        ref = graph_ms(_cudnn_call(x), x.rot.n, 5.0, 30.0)
+        x.state.clear()
+        print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
+        for n, w, st in LARGE_CONFIGS:
+            cfg = DecodeConfig(block_n=n, num_warps=w, num_stages=st)
+            for splits in split_counts:
+                name = f"{n}/{w}/{st}"
+                try:
+                    def call(cfg=cfg, splits=splits):
+                        return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg, num_splits=splits)
+                    ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+                except Exception as exc:  # noqa: BLE001 - a config that does not fit is a row, not the end
+                    rows.append(dict(part="large", shape=label, config=name, splits=splits, error=str(exc)[:200]))
+                    print(f"  {name:<10} splits {splits}: {type(exc).__name__}", flush=True)
+                    continue
+                used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
+                rows.append(dict(part="large", shape=label, config=name, splits=used, forced=splits is not None, ms=ms,
+                                 cudnn_ms=ref, x_cudnn=ref / ms, tbps=kv_bytes / (ms * 1e-3) / 1e12))
+                print(f"  {name:<10} splits {used:>3}{'!' if splits else ' '} {ms * 1e3:7.1f} us {ref / ms:.3f}x cuDNN",
+                      flush=True)
+        x = None
+        torch.cuda.empty_cache()
+    return rows
+
+
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
-         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows}
+         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows, "large": large_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern, large")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")

@@ -7,7 +7,8 @@ Run on the device machine under ``ncu`` (clock control off, as the device notes 
         python3 -m scripts.tuning.h200_decode_profile --batch 32 --context 16384
 
 Each kernel (bf16, FP8, INT4 Triton; ``rdq-int4`` and ``rdq-fp8``, the Gluon kernels at their
-default configs and ``--splits`` if given) is called ``--calls`` times on the same batch (32/8 heads, d 128,
+default configs and ``--splits`` if given; ``cudnn``, SDPA's cuDNN backend on the same KV laid out
+contiguous, ``[batch, KV heads, context, d]``, as the harness's contender reads it) is called ``--calls`` times on the same batch (32/8 heads, d 128,
 block 16, ``--heads``/8 heads, blocks a random permutation of the pool). Not imported by the app or the tests.
 """
 
@@ -64,6 +65,16 @@ def main() -> None:
             for _ in range(args.calls):
                 rdq_paged_decode(q, kq, vq, tables, lens, validate=False, config=default_rdq_config(fmt),
                                  num_splits=args.splits, **kw)
+    if "cudnn" in kinds:
+        import torch.nn.functional as F
+
+        from kernels.bench.timing import sdpa_context
+
+        kc = torch.randn(b, hkv, L, d, device="cuda", dtype=torch.bfloat16, generator=g)
+        vc = torch.randn_like(kc)
+        with sdpa_context("CUDNN_ATTENTION"):
+            for _ in range(args.calls):
+                F.scaled_dot_product_attention(q.unsqueeze(2), kc, vc, enable_gqa=True)
     torch.cuda.synchronize()
 
 
