@@ -46,7 +46,6 @@ class DecodeConfig:
     maxnreg: int | None = None  # register cap per thread (more programs resident per SM), or the compiler's choice
     merge: str = "auto"  # split calls: merge in a second kernel, "inline" in the last split program, or by count
     merge_splits: int | None = None  # inline merge: partials per step (a power of two), or the tile rule
-    prefetch_tiles: int = 0  # touch the pages of the tile this many steps ahead (address translation), or not
 
     def __post_init__(self) -> None:
         if self.block_n < 16 or self.block_n & (self.block_n - 1):
@@ -59,8 +58,6 @@ class DecodeConfig:
             raise ValueError(f"waves must be 1 or 2, got {self.waves}")
         if self.maxnreg is not None and not 24 <= self.maxnreg <= 255:
             raise ValueError(f"maxnreg must be None or in 24..255, got {self.maxnreg}")
-        if not 0 <= self.prefetch_tiles <= 64:
-            raise ValueError(f"prefetch_tiles must be in 0..64, got {self.prefetch_tiles}")
         if self.merge not in MERGE_MODES:
             raise ValueError(f"merge must be one of {', '.join(map(repr, MERGE_MODES))}, got {self.merge!r}")
         if self.merge_splits is not None and (not 1 <= self.merge_splits <= MAX_SPLITS

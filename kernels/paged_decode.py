@@ -140,21 +140,6 @@ def _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _touch_pages(table_ptr, k_head_ptr, v_head_ptr, tile_start, end, stride_kb, stride_vb, PAGE_SIZE: tl.constexpr,
-                 BLOCK_N: tl.constexpr):
-    """An L2 prefetch of the first line of each K and V page of the tile at ``tile_start``: the
-    address translation of a page the loop reaches later, done now (nothing past ``end``)."""
-    PAGES: tl.constexpr = BLOCK_N // PAGE_SIZE if BLOCK_N >= PAGE_SIZE else 1
-    first = tile_start + tl.arange(0, PAGES) * PAGE_SIZE
-    live = first < end
-    page = tl.load(table_ptr + first // PAGE_SIZE, mask=live, other=0).to(tl.int64)
-    addr = tl.where(live, page, 0)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\nprefetch.global.L2 [$2];\nmov.u32 $0, 0;", "=r,l,l",
-                              [k_head_ptr + addr * stride_kb, v_head_ptr + addr * stride_vb], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def _paged_decode_kernel(
     q_ptr,  # [batch, n_q_heads, HEAD_DIM] query, bf16/fp16
     k_cache_ptr,  # [num_blocks, n_kv_heads, PAGE_SIZE, HEAD_DIM] key pool
@@ -190,7 +175,6 @@ def _paged_decode_kernel(
     INLINE_MERGE: tl.constexpr = False,  # SPLIT: the last split program of a KV head merges
     MERGE_GROUP: tl.constexpr = 1,  # GROUP rounded up to a power of two (the merge has no tl.dot)
     MERGE_SPLITS: tl.constexpr = 1,  # partials per merge step
-    PREFETCH_TILES: tl.constexpr = 0,  # touch the pages of the tile this many steps ahead
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -233,9 +217,6 @@ def _paged_decode_kernel(
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
 
     for start_n in range(start, end, BLOCK_N):
-        if PREFETCH_TILES > 0:
-            _touch_pages(table_ptr, k_head_ptr, v_head_ptr, start_n + PREFETCH_TILES * BLOCK_N, end, stride_kb,
-                         stride_vb, PAGE_SIZE, BLOCK_N)
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
         # Logical token -> (page, slot). The page index is int32 in the table: widen before the
@@ -455,7 +436,6 @@ def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> 
     (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
     fp8 = k_dtype == FP8_DTYPE
     return dict(HAS_SCALES=fp8, FP8_KV=fp8, FP8_QK=fp8 and config.fp8_qk_dot and not interpreted(device),
-                PREFETCH_TILES=0 if interpreted(device) else config.prefetch_tiles,  # inline PTX: GPU only
                 **split_kernel_constexprs(config, n_q_heads // n_kv_heads, head_dim, block_size, split, inline,
                                           device))
 

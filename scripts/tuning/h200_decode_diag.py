@@ -22,16 +22,13 @@
   and with every split writing the output instead of a partial (a wrong result, timed only).
 * ``pattern``: whether the bf16 kernel's gap to cuDNN is its access pattern or its code. The
   same kernel at the large shapes (and batch 1 x 32K) over one KV in four arrangements: the
-  harness's shuffled block-16 tables, the same pool read in order, shuffled only within runs of
-  2 MiB (the GPU's large page) and of 64 MiB, a head-major pool read in order (each head's
-  sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and head-major in order; cuDNN on the contiguous copy beside (CUDA-graph medians).
+  harness's shuffled block-16 tables, the same pool read in order, a head-major pool read in
+  order (each head's sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and
+  head-major in order; cuDNN on the contiguous copy beside (CUDA-graph medians).
 * ``large``: the bf16 kernel at the large shapes and batch 1 with deeper pipelines (5-8 stages:
   two or three K/V tiles in flight per program, where 2-4 stages give one) and cuDNN's own plan
   (Nsight Compute: one 4-warp CTA per (KV head, sequence), 128-token tiles, two per SM, no split
   at batch 32), each at its default split count and forced ones (CUDA-graph medians).
-* ``prefetch``: the bf16 kernel touching the pages of the tile ``DecodeConfig.prefetch_tiles``
-  steps ahead (an L2 prefetch of each page's first line, so its address translation is done
-  before the tile's copies need it) at the large shapes and batch 1, at 3 and 5 stages.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -505,19 +502,6 @@ def _head_major(pool: torch.Tensor) -> torch.Tensor:
     return pool.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)
 
 
-def _shuffled_within(tables: torch.Tensor, run: int) -> torch.Tensor:
-    """``tables`` with its entries permuted only inside aligned runs of ``run`` consecutive pool
-    blocks (a block of 8 heads x 16 tokens x d 128 in bf16 is 32 KiB: 64 of them are 2 MiB, the
-    GPU's large page). Every sequence still reads its blocks out of order, but they stay near."""
-    flat = tables.flatten()
-    n = flat.numel() // run * run
-    g = torch.Generator(device=flat.device).manual_seed(run)
-    keys = torch.rand(n, device=flat.device, generator=g) + (torch.arange(n, device=flat.device) // run)
-    out = flat.clone()
-    out[:n] = flat[:n][torch.argsort(keys)]
-    return out.reshape(tables.shape)
-
-
 def pattern_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.paged_decode import paged_decode_attention
@@ -537,8 +521,6 @@ def pattern_rows() -> list[dict]:
         perm256 = torch.randperm(k256.shape[0], device="cuda").to(torch.int32).reshape(t256.shape)
         arrangements = [("block 16 shuffled", lambda: (x.k, x.v, x.tables)),
                         ("block 16 in order", lambda: (x.k, x.v, in_order)),
-                        ("block 16 shuffled within 2 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 64))),
-                        ("block 16 shuffled within 64 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 2048))),
                         ("block 16 head-major in order", lambda: (_head_major(x.k), _head_major(x.v), in_order)),
                         ("block 256 shuffled", lambda: (k256, v256, perm256)),
                         ("block 256 head-major in order", lambda: (_head_major(k256), _head_major(v256), t256))]
@@ -608,59 +590,14 @@ def large_rows() -> list[dict]:
     return rows
 
 
-# ``prefetch``: (batch, context, query heads), and the split count of the 5-stage config (its best
-# in the ``large`` call; the 3-stage default plans its own).
-PREFETCH_SHAPES = [((32, 16384, 64), 1), ((8, 32768, 64), 4), ((128, 4096, 64), 1), ((1, 32768, 32), 32),
-                   ((1, 131072, 32), 32)]
-PREFETCH_TRIALS = (((64, 4, 3), (0, 2, 4, 8, 16)), ((64, 4, 5), (0, 4, 8)))
-
-
-def prefetch_rows() -> list[dict]:
-    from kernels.bench.timing import graph_ms
-    from kernels.decode_config import DecodeConfig
-    from kernels.paged_decode import decode_num_splits, paged_decode_attention
-    from scripts.tuning.device_rows import decode_shape_inputs
-
-    rows = []
-    for (batch, ctx, hq), deep_splits in PREFETCH_SHAPES:
-        label, kv_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        ref = graph_ms(_cudnn_call(x), x.rot.n, 5.0, 30.0)
-        x.state.clear()
-        print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
-        for (n, w, st), distances in PREFETCH_TRIALS:
-            splits = deep_splits if st == 5 else None
-            for pf in distances:
-                cfg = DecodeConfig(block_n=n, num_warps=w, num_stages=st, prefetch_tiles=pf)
-                name = f"{n}/{w}/{st} pf{pf}"
-                try:
-                    err = x.err_of(paged_decode_attention(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg,
-                                                          num_splits=splits))[0]
-
-                    def call(cfg=cfg, splits=splits):
-                        return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg, num_splits=splits)
-                    ms = graph_ms(call, x.rot.n, 5.0, 30.0)
-                except Exception as exc:  # noqa: BLE001 - a config that fails is a row, not the end
-                    rows.append(dict(part="prefetch", shape=label, config=name, error=str(exc)[:200]))
-                    print(f"  {name:<16} {type(exc).__name__}: {str(exc)[:100]}", flush=True)
-                    continue
-                used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
-                rows.append(dict(part="prefetch", shape=label, config=name, splits=used, ms=ms, cudnn_ms=ref,
-                                 x_cudnn=ref / ms, err=err))
-                print(f"  {name:<16} splits {used:>3} {ms * 1e3:7.1f} us {ref / ms:.3f}x cuDNN err {err:.1e}",
-                      flush=True)
-        x = None
-        torch.cuda.empty_cache()
-    return rows
-
-
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
-         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows, "large": large_rows, "prefetch": prefetch_rows}
+         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows, "large": large_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern, large, prefetch")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern, large")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
