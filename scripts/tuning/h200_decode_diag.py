@@ -21,10 +21,11 @@
   the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
   and with every split writing the output instead of a partial (a wrong result, timed only).
 * ``pattern``: whether the bf16 kernel's gap to cuDNN is its access pattern or its code. The
-  same kernel at the large shapes (and batch 1 x 32K) over one KV in four arrangements: the
-  harness's shuffled block-16 tables, the same pool read in order, a head-major pool read in
-  order (each head's sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and
-  head-major in order; cuDNN on the contiguous copy beside (CUDA-graph medians).
+  same kernel at the large shapes (and batch 1 x 32K) over one KV in seven arrangements: the
+  harness's shuffled block-16 tables, the same pool read in order, shuffled only within runs of
+  2 MiB (the GPU's large page) and of 64 MiB, a head-major pool read in order (each head's
+  sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and head-major in
+  order; cuDNN on the contiguous copy beside (CUDA-graph medians).
 * ``large``: the bf16 kernel at the large shapes and batch 1 with deeper pipelines (5-8 stages:
   two or three K/V tiles in flight per program, where 2-4 stages give one) and cuDNN's own plan
   (Nsight Compute: one 4-warp CTA per (KV head, sequence), 128-token tiles, two per SM, no split
@@ -502,6 +503,19 @@ def _head_major(pool: torch.Tensor) -> torch.Tensor:
     return pool.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)
 
 
+def _shuffled_within(tables: torch.Tensor, run: int) -> torch.Tensor:
+    """``tables`` with its entries permuted only inside aligned runs of ``run`` consecutive pool
+    blocks (a block of 8 heads x 16 tokens x d 128 in bf16 is 32 KiB: 64 of them are 2 MiB, the
+    GPU's large page). Every sequence still reads its blocks out of order, but they stay near."""
+    flat = tables.flatten()
+    n = flat.numel() // run * run
+    g = torch.Generator(device=flat.device).manual_seed(run)
+    keys = torch.rand(n, device=flat.device, generator=g) + (torch.arange(n, device=flat.device) // run)
+    out = flat.clone()
+    out[:n] = flat[:n][torch.argsort(keys)]
+    return out.reshape(tables.shape)
+
+
 def pattern_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.paged_decode import paged_decode_attention
@@ -521,6 +535,8 @@ def pattern_rows() -> list[dict]:
         perm256 = torch.randperm(k256.shape[0], device="cuda").to(torch.int32).reshape(t256.shape)
         arrangements = [("block 16 shuffled", lambda: (x.k, x.v, x.tables)),
                         ("block 16 in order", lambda: (x.k, x.v, in_order)),
+                        ("block 16 shuffled within 2 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 64))),
+                        ("block 16 shuffled within 64 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 2048))),
                         ("block 16 head-major in order", lambda: (_head_major(x.k), _head_major(x.v), in_order)),
                         ("block 256 shuffled", lambda: (k256, v256, perm256)),
                         ("block 256 head-major in order", lambda: (_head_major(k256), _head_major(v256), t256))]
