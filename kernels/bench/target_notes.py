@@ -18,18 +18,24 @@ TARGET_LIMITS: dict[str, str] = {
         "Decode streams the KV cache once, so its rate is capped by HBM bandwidth; below the target the "
         "grid does not fill the SMs or the block loads are too short to keep enough bytes in flight.",
     "decode_large_vs_cudnn":
-        "cuDNN runs one fused kernel on contiguous KV, while this kernel pays a block-table lookup per "
-        "token and, where it splits, a merge: inside the split kernel up to 8 splits (1.6 % faster "
-        "than a second kernel at batch 8 x 32K), a PDL-launched merge kernel beyond; other split "
-        "counts were slower, so the last 2-3 % remain.",
+        "cuDNN reads each head's KV as one contiguous run; this kernel gathers 4 KiB pages through the "
+        "block table. On the H200 about half of the 2-3 % gap is that access pattern (the same kernel "
+        "over the same pool with its tables in order, or laid out as cuDNN reads it, reaches "
+        "0.985-0.990x; tables shuffled only within 2 MiB recover half of it, so address translation "
+        "is part of it) and half the kernel itself; copying the pages by TMA, deeper pipelines, "
+        "cuDNN's own plan (one CTA per head and sequence, 128-token tiles), prefetching pages ahead, "
+        "cache hints and every tile, warp, stage and split count tried: none passes 0.975x at batch "
+        "32 x 16K, the worst shape, or 0.99x at batch 8 x 32K.",
     "decode_large_vs_gather":
         "Gather-then-SDPA writes and re-reads a contiguous copy (3x the bytes); a ratio below the "
         "target means the kernel itself runs far under the bandwidth limit.",
     "decode_b1_32k_vs_cudnn":
         "At batch 1 only 8 KV heads exist, so the context is split 66 ways and merged by a second "
-        "kernel; cuDNN does it in one fused kernel. A merge inside the split kernel is slower here "
-        "(one program reads 66 partials in series: 0.87x of cuDNN); other split counts, a PDL merge, "
-        "twelve tile/warp/stage configs and L2 cache hints were tried: 0.82-0.95x of cuDNN.",
+        "kernel, as cuDNN also does (32 splits and a reduction kernel). The kernel streams ~4 % slower "
+        "than cuDNN and its fixed part is ~1.5 us longer; reading cuDNN's own contiguous pattern "
+        "recovers 1-2 % of it. A merge inside the split kernel (one program reads 66 partials in "
+        "series: 0.87x), other split counts, a PDL merge, tile/warp/stage configs up to 8 stages, TMA "
+        "copies and cache hints were tried: 0.77-0.94x of cuDNN.",
     "decode_fp8_vs_bf16":
         "On Hopper FP8 runs the register-dequant warp-MMA kernel (e4m3 converted in registers straight "
         "into 16x8 MMA operands, query heads as the MMA's N, query in fp16), split for one wave of 4 "
