@@ -29,7 +29,8 @@
 * ``large``: the bf16 kernel at the large shapes and batch 1 with deeper pipelines (5-8 stages:
   two or three K/V tiles in flight per program, where 2-4 stages give one) and cuDNN's own plan
   (Nsight Compute: one 4-warp CTA per (KV head, sequence), 128-token tiles, two per SM, no split
-  at batch 32), each at its default split count and forced ones (CUDA-graph medians).
+  at batch 32), each at the split count its residency gives at two waves (``DecodeConfig``'s
+  default) and at forced ones (CUDA-graph medians).
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -493,7 +494,6 @@ def eager_rows() -> tuple[list[dict], str]:
     return rows, profile_text
 
 
-# The parts that return rows only (``eager`` also returns a profile), in the order they run.
 PATTERN_SHAPES = [(32, 16384, 64), (8, 32768, 64), (1, 32768, 32)]
 
 
@@ -519,7 +519,6 @@ def _shuffled_within(tables: torch.Tensor, run: int) -> torch.Tensor:
 def pattern_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.paged_decode import paged_decode_attention
-    from kernels.theory import decode_kv_bytes
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -553,7 +552,7 @@ def pattern_rows() -> list[dict]:
                 rows.append(dict(part="pattern", shape=label, arrangement=name, error=str(exc)[:200]))
                 print(f"  {name:<30} {type(exc).__name__}: {str(exc)[:120]}", flush=True)
                 continue
-            tbps = decode_kv_bytes(batch, ctx, 8, 128, 2) / (ms * 1e-3) / 1e12
+            tbps = kv_bytes / (ms * 1e-3) / 1e12
             rows.append(dict(part="pattern", shape=label, arrangement=name, ms=ms, tbps=tbps, cudnn_ms=ref,
                              x_cudnn=ref / ms))
             print(f"  {name:<30} {ms * 1e3:7.1f} us {tbps:.2f} TB/s {ref / ms:.3f}x cuDNN", flush=True)
@@ -606,6 +605,7 @@ def large_rows() -> list[dict]:
     return rows
 
 
+# The parts that return rows only (``eager`` also returns a profile), in the order they run.
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
          "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows, "large": large_rows}
 
