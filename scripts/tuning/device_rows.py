@@ -23,7 +23,7 @@ from pathlib import Path
 from inputs.uploads import dumps_strict
 
 __all__ = ["finite", "error_text", "emit", "run_rows", "add_child_options", "run_child", "decode_shape_inputs",
-           "quantized_pools", "ROOT"]
+           "quantized_pools", "next_inputs", "cudnn_call", "config_row", "ROOT"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
 
@@ -134,3 +134,42 @@ def quantized_pools(fmt: str, k16, v16) -> tuple:
         return quantize_pool_int4(k16), quantize_pool_int4(v16), {}
     k, v, ks, vs = quantize_kv_fp8(k16, v16)
     return k, v, dict(k_scale=ks, v_scale=vs)
+
+
+def next_inputs(x, k=None, v=None) -> tuple:
+    """``(q, k, v, tables)`` of the next rotation of ``x`` (a ``DecodeInputs``; its bf16 pools
+    unless ``k``, ``v``): each call reads another copy's tables, so a small shape's KV is not
+    served from the L2."""
+    i = x.rot.next()
+    return x.q[i], x.k if k is None else k, x.v if v is None else v, x.tables[i]
+
+
+def cudnn_call(x):
+    """SDPA-cuDNN on the contiguous copy of ``x``'s KV, as the harness's contender times it."""
+    from kernels.bench.contenders import DECODE
+
+    cudnn = DECODE["sdpa_cudnn"]
+    return cudnn.build(x, cudnn.prepare(x)).run
+
+
+def config_row(part: str, label: str, x, cfg, splits: int | None, cudnn_ms: float) -> dict:
+    """One bf16 decode config on ``x`` (a ``DecodeInputs``) at ``splits`` (None: its own split
+    rule inside a CUDA graph), CUDA-graph median against ``cudnn_ms``: a row of ``part``, printed;
+    a config that does not compile or fit is a row with its error, not the end of the call."""
+    from kernels.bench.timing import graph_ms
+    from kernels.paged_decode import decode_num_splits, paged_decode_attention
+
+    name = f"{cfg.block_n}/{cfg.num_warps}/{cfg.num_stages}"
+    try:
+        used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
+
+        def call():
+            return paged_decode_attention(*next_inputs(x), x.lens, validate=False, config=cfg, num_splits=splits)
+        ms = graph_ms(call, x.rot.n, 5.0, 30.0)
+    except Exception as exc:  # noqa: BLE001 - a config that does not fit is a row, not the end
+        print(f"  {name:<10} splits {splits}: {type(exc).__name__}", flush=True)
+        return dict(part=part, shape=label, config=name, splits=splits, error=str(exc)[:200])
+    print(f"  {name:<10} splits {used:>3}{'!' if splits else ' '} {ms * 1e3:7.1f} us {cudnn_ms / ms:.3f}x cuDNN",
+          flush=True)
+    return dict(part=part, shape=label, config=name, splits=used, forced=splits is not None, ms=ms, cudnn_ms=cudnn_ms,
+                x_cudnn=cudnn_ms / ms)

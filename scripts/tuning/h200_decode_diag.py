@@ -20,17 +20,6 @@
 * ``nomerge``: what the partials and their merge cost the INT4 rdq kernel at batch 8 (33 splits,
   the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
   and with every split writing the output instead of a partial (a wrong result, timed only).
-* ``pattern``: whether the bf16 kernel's gap to cuDNN is its access pattern or its code. The
-  same kernel at the large shapes (and batch 1 x 32K) over one KV in seven arrangements: the
-  harness's shuffled block-16 tables, the same pool read in order, shuffled only within runs of
-  2 MiB (the GPU's large page) and of 64 MiB, a head-major pool read in order (each head's
-  sequence one contiguous run, as cuDNN reads it), and block 256 shuffled and head-major in
-  order; cuDNN on the contiguous copy beside (CUDA-graph medians).
-* ``large``: the bf16 kernel at the large shapes and batch 1 with deeper pipelines (5-8 stages:
-  two or three K/V tiles in flight per program, where 2-4 stages give one) and cuDNN's own plan
-  (Nsight Compute: one 4-warp CTA per (KV head, sequence), 128-token tiles, two per SM, no split
-  at batch 32), each at the split count its residency gives at two waves (``DecodeConfig``'s
-  default) and at forced ones (CUDA-graph medians).
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -53,7 +42,7 @@ import time
 import torch
 
 from inputs.uploads import dumps_strict
-from scripts.tuning.device_rows import quantized_pools
+from scripts.tuning.device_rows import config_row, cudnn_call, next_inputs, quantized_pools
 
 GQA_SHAPES = [(8, 32768, 32), (8, 32768, 64), (32, 16384, 32), (32, 16384, 64)]
 EAGER_SHAPES = [(1, 32768, 32), (1, 32768, 64)]
@@ -63,13 +52,6 @@ SPLIT_SHAPES = [((8, 32768, 64), (6, 8, 10, 12, 16, 24, 32, 33)), ((32, 16384, 6
                 ((32, 32768, 64), (1, 2, 3, 4, 6, 8)), ((128, 4096, 64), (1, 2, 3, 4)),
                 ((128, 32768, 64), (1, 2, 4)), ((1, 32768, 64), (16, 24, 32, 48, 64, 66, 96, 128)),
                 ((1, 131072, 64), (32, 48, 64, 66, 96, 128))]
-
-
-def _qt(x, k=None, v=None) -> tuple:
-    """``(q, k, v, tables)`` of the next rotation of ``x`` (the bf16 pools unless ``k``, ``v``):
-    each call reads another copy's tables, so a small shape's KV is not served from the L2."""
-    i = x.rot.next()
-    return x.q[i], x.k if k is None else k, x.v if v is None else v, x.tables[i]
 
 
 def _kernel_times(fn, calls: int = 20) -> dict[str, float]:
@@ -102,7 +84,7 @@ def gqa_rows() -> list[dict]:
     for batch, ctx, hq in GQA_SHAPES:
         label, bf16_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
         def bf16():
-            return paged_decode_attention(*_qt(x), x.lens, validate=False)
+            return paged_decode_attention(*next_inputs(x), x.lens, validate=False)
         bf = graph_ms(bf16, x.rot.n, 5.0, 30.0)
         rows.append(dict(part="gqa", shape=label, fmt="bf16", splits=None, ms=bf, kernels_us=_kernel_times(bf16)))
         print(f"{label:<16} bf16 {bf:.4f} ms {rows[-1]['kernels_us']}", flush=True)
@@ -112,7 +94,7 @@ def gqa_rows() -> list[dict]:
             default, resident = rdq_plan(x.q[0], k, v, x.tables[0], x.lens, config=cfg)
             for splits in [default] + [s for s in SPLIT_SWEEP if s != default]:
                 def call(splits=splits):
-                    return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                    return rdq_paged_decode(*next_inputs(x, k, v), x.lens, validate=False, config=cfg,
                                             num_splits=splits, **kw)
                 ms = graph_ms(call, x.rot.n, 5.0, 30.0)
                 row = dict(part="gqa", shape=label, fmt=fmt, splits=splits, default=splits == default,
@@ -136,7 +118,7 @@ def split_rows() -> list[dict]:
     rows = []
     for (batch, ctx, hq), counts in SPLIT_SHAPES:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        bf = graph_ms(lambda: paged_decode_attention(*_qt(x), x.lens, validate=False), x.rot.n, 5.0, 30.0)
+        bf = graph_ms(lambda: paged_decode_attention(*next_inputs(x), x.lens, validate=False), x.rot.n, 5.0, 30.0)
         rows.append(dict(part="splits", shape=label, fmt="bf16", splits=None, ms=bf))
         print(f"{label:<16} bf16 {bf:.4f} ms", flush=True)
         for fmt in ("int4", "fp8"):
@@ -146,7 +128,7 @@ def split_rows() -> list[dict]:
             line = []
             for splits in sorted(set(counts) | {default}):
                 def call(splits=splits):
-                    return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                    return rdq_paged_decode(*next_inputs(x, k, v), x.lens, validate=False, config=cfg,
                                             num_splits=splits, **kw)
                 ms = graph_ms(call, x.rot.n, 5.0, 30.0)
                 rows.append(dict(part="splits", shape=label, fmt=fmt, splits=splits, default=splits == default,
@@ -181,14 +163,6 @@ def _fits(rows: list[dict], names, label: str = "") -> list[dict]:
     return fits
 
 
-def _cudnn_call(x):
-    """SDPA-cuDNN on the contiguous copy of ``x``'s KV, as the harness times it."""
-    from kernels.bench.contenders import DECODE
-
-    cudnn = DECODE["sdpa_cudnn"]
-    return cudnn.build(x, cudnn.prepare(x)).run
-
-
 def fixed_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.decode_backends import default_rdq_config
@@ -205,7 +179,7 @@ def fixed_rows() -> list[dict]:
         k, v, kw = quantized_pools("int4", x.k, x.v)
         for name, cfg in variants.items():
             def call(cfg=cfg):
-                return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg,
+                return rdq_paged_decode(*next_inputs(x, k, v), x.lens, validate=False, config=cfg,
                                         num_splits=FIXED_SPLITS, **kw)
             ms = graph_ms(call, x.rot.n, 5.0, 30.0)
             rows.append(dict(part="fixed", shape=label, context=ctx, variant=name, ms=ms, kernels_us=_kernel_times(call)))
@@ -222,8 +196,8 @@ def fixed_rows() -> list[dict]:
     for ctx in B1_CONTEXTS:
         label, _, x = decode_shape_inputs(1, ctx, 32, memory_share=4)
         def bf16():
-            return paged_decode_attention(*_qt(x), x.lens, validate=False)
-        for name, fn in (("bf16", bf16), ("cudnn", _cudnn_call(x))):
+            return paged_decode_attention(*next_inputs(x), x.lens, validate=False)
+        for name, fn in (("bf16", bf16), ("cudnn", cudnn_call(x))):
             ms = graph_ms(fn, x.rot.n, 5.0, 30.0)
             rows.append(dict(part="fixed", shape=label, context=ctx, variant=name, ms=ms,
                              kernels_us=_kernel_times(fn)))
@@ -264,7 +238,7 @@ def dispatch_rows() -> list[dict]:
             label, _, x = decode_shape_inputs(8, splits * per_split, 64, memory_share=4)
             k, v, kw = quantized_pools("int4", x.k, x.v)
             def call(splits=splits):
-                return rdq_paged_decode(*_qt(x, k, v), x.lens, validate=False, config=cfg, num_splits=splits, **kw)
+                return rdq_paged_decode(*next_inputs(x, k, v), x.lens, validate=False, config=cfg, num_splits=splits, **kw)
             us = graph_ms(call, x.rot.n, 5.0, 30.0) * 1e3
             pts.append((per_split, us))
             rows.append(dict(part="dispatch", kernel="int4 rdq", shape=label, splits=splits, programs=64 * splits,
@@ -289,32 +263,17 @@ B1_SPLITS = (33, 44, 88, 132)
 def b1_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.decode_config import DecodeConfig
-    from kernels.paged_decode import decode_num_splits, paged_decode_attention
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
     for batch, ctx, hq in B1_SHAPES:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        ref = graph_ms(_cudnn_call(x), x.rot.n, 5.0, 30.0)
+        ref = graph_ms(cudnn_call(x), x.rot.n, 5.0, 30.0)
         x.state.clear()
         print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
         trials = [(DecodeConfig(block_n=n, num_warps=w, num_stages=st, waves=1), None) for n, w, st in B1_CONFIGS]
         trials += [(trials[0][0], s) for s in B1_SPLITS]
-        for cfg, splits in trials:
-            name = f"{cfg.block_n}/{cfg.num_warps}/{cfg.num_stages}"
-            try:
-                used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
-                def call(cfg=cfg, splits=splits):
-                    return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg, num_splits=splits)
-                ms = graph_ms(call, x.rot.n, 5.0, 30.0)
-            except Exception as exc:  # noqa: BLE001 - a config that does not fit is a row, not the end
-                rows.append(dict(part="b1", shape=label, config=name, splits=splits, error=str(exc)[:200]))
-                print(f"  {name:<10} splits {splits}: {type(exc).__name__}", flush=True)
-                continue
-            rows.append(dict(part="b1", shape=label, config=name, splits=used, forced=splits is not None, ms=ms,
-                             cudnn_ms=ref, x_cudnn=ref / ms))
-            print(f"  {name:<10} splits {used:>3}{'!' if splits else ' '} {ms * 1e3:7.1f} us {ref / ms:.3f}x cuDNN",
-                  flush=True)
+        rows += [config_row("b1", label, x, cfg, splits, ref) for cfg, splits in trials]
         x = None
         torch.cuda.empty_cache()
     return rows
@@ -340,7 +299,7 @@ def nomerge_rows() -> list[dict]:
 
         def variant(kind: str):
             def call():
-                q, kk, vv, t = _qt(x, k, v)
+                q, kk, vv, t = next_inputs(x, k, v)
                 if kind == "as called":
                     return rdq_paged_decode(q, kk, vv, t, x.lens, validate=False, config=cfg)
                 c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
@@ -384,7 +343,7 @@ def host_rows() -> list[dict]:
     from scripts.tuning.device_rows import decode_shape_inputs
 
     label, _, x = decode_shape_inputs(1, 32768, 32, memory_share=4)
-    q, k, v, t = _qt(x)
+    q, k, v, t = next_inputs(x)
     rows = []
 
     def direct(jit, grid, args, constexprs, options):
@@ -457,16 +416,16 @@ def eager_rows() -> tuple[list[dict], str]:
         f8k, f8v, f8kw = quantized_pools("fp8", x.k, x.v)
         base = default_config(128, torch.bfloat16)
         paths = {
-            "bf16 auto": lambda: paged_decode_attention(*_qt(x), x.lens,
+            "bf16 auto": lambda: paged_decode_attention(*next_inputs(x), x.lens,
                                                         validate=False),
-            "bf16 inline": lambda: paged_decode_attention(*_qt(x), x.lens,
+            "bf16 inline": lambda: paged_decode_attention(*next_inputs(x), x.lens,
                                                           validate=False,
                                                           config=dataclasses.replace(base, merge="inline")),
             "bf16 kernel-merge no pdl": lambda: paged_decode_attention(
-                *_qt(x), x.lens, validate=False,
+                *next_inputs(x), x.lens, validate=False,
                 config=dataclasses.replace(base, merge="kernel", pdl=False)),
-            "int4 rdq": lambda: paged_decode_int4(*_qt(x, i4k, i4v), x.lens, validate=False),
-            "fp8 rdq": lambda: paged_decode_attention(*_qt(x, f8k, f8v), x.lens,
+            "int4 rdq": lambda: paged_decode_int4(*next_inputs(x, i4k, i4v), x.lens, validate=False),
+            "fp8 rdq": lambda: paged_decode_attention(*next_inputs(x, f8k, f8v), x.lens,
                                                       validate=False, **f8kw),
         }
         for name, fn in paths.items():
@@ -494,126 +453,15 @@ def eager_rows() -> tuple[list[dict], str]:
     return rows, profile_text
 
 
-PATTERN_SHAPES = [(32, 16384, 64), (8, 32768, 64), (1, 32768, 32)]
-
-
-def _head_major(pool: torch.Tensor) -> torch.Tensor:
-    """``pool`` ``[blocks, heads, slots, d]`` copied head-major: the same indices, each head's blocks
-    one contiguous run (a ``[heads, blocks, slots, d]`` tensor seen through a permuted view)."""
-    return pool.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)
-
-
-def _shuffled_within(tables: torch.Tensor, run: int) -> torch.Tensor:
-    """``tables`` with its entries permuted only inside aligned runs of ``run`` consecutive pool
-    blocks (a block of 8 heads x 16 tokens x d 128 in bf16 is 32 KiB: 64 of them are 2 MiB, the
-    GPU's large page). Every sequence still reads its blocks out of order, but they stay near."""
-    flat = tables.flatten()
-    n = flat.numel() // run * run
-    g = torch.Generator(device=flat.device).manual_seed(run)
-    keys = torch.rand(n, device=flat.device, generator=g) + (torch.arange(n, device=flat.device) // run)
-    out = flat.clone()
-    out[:n] = flat[:n][torch.argsort(keys)]
-    return out.reshape(tables.shape)
-
-
-def pattern_rows() -> list[dict]:
-    from kernels.bench.timing import graph_ms
-    from kernels.paged_decode import paged_decode_attention
-    from scripts.tuning.device_rows import decode_shape_inputs
-
-    rows = []
-    for batch, ctx, hq in PATTERN_SHAPES:
-        label, kv_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=6)
-        n_rot, bps = x.rot.n, x.tables.shape[2]
-        ref = graph_ms(_cudnn_call(x), n_rot, 5.0, 30.0)
-        x.state.clear()
-        in_order = torch.arange(x.k.shape[0], dtype=torch.int32, device="cuda").reshape(n_rot, batch, bps)
-        k256 = torch.randn(x.k.shape[0] // 16, 8, 256, 128, device="cuda", dtype=torch.bfloat16)
-        v256 = torch.randn_like(k256)
-        t256 = in_order[:, :, ::16] // 16
-        perm256 = torch.randperm(k256.shape[0], device="cuda").to(torch.int32).reshape(t256.shape)
-        arrangements = [("block 16 shuffled", lambda: (x.k, x.v, x.tables)),
-                        ("block 16 in order", lambda: (x.k, x.v, in_order)),
-                        ("block 16 shuffled within 2 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 64))),
-                        ("block 16 shuffled within 64 MiB", lambda: (x.k, x.v, _shuffled_within(in_order, 2048))),
-                        ("block 16 head-major in order", lambda: (_head_major(x.k), _head_major(x.v), in_order)),
-                        ("block 256 shuffled", lambda: (k256, v256, perm256)),
-                        ("block 256 head-major in order", lambda: (_head_major(k256), _head_major(v256), t256))]
-        print(f"{label:<16} cudnn {ref * 1e3:.1f} us ({kv_bytes / ref / 1e9:.2f} TB/s)", flush=True)
-        for name, build in arrangements:
-            try:
-                k, v, tables = build()
-
-                def call(k=k, v=v, tables=tables):
-                    i = x.rot.next()
-                    return paged_decode_attention(x.q[i], k, v, tables[i], x.lens, validate=False)
-                ms = graph_ms(call, n_rot, 5.0, 30.0)
-            except Exception as exc:  # noqa: BLE001 - one arrangement that fails is a row, not the end
-                rows.append(dict(part="pattern", shape=label, arrangement=name, error=str(exc)[:200]))
-                print(f"  {name:<30} {type(exc).__name__}: {str(exc)[:120]}", flush=True)
-                continue
-            tbps = kv_bytes / (ms * 1e-3) / 1e12
-            rows.append(dict(part="pattern", shape=label, arrangement=name, ms=ms, tbps=tbps, cudnn_ms=ref,
-                             x_cudnn=ref / ms))
-            print(f"  {name:<30} {ms * 1e3:7.1f} us {tbps:.2f} TB/s {ref / ms:.3f}x cuDNN", flush=True)
-            k = v = tables = None
-            torch.cuda.empty_cache()
-        x = k256 = v256 = None
-        torch.cuda.empty_cache()
-    return rows
-
-
-# ``large``: (batch, context, query heads) and the split counts timed for each config.
-LARGE_SHAPES = [((32, 16384, 64), (None, 1, 2, 3)), ((8, 32768, 64), (None, 4, 8, 12)), ((128, 4096, 64), (None, 1)),
-                ((1, 32768, 32), (None, 32, 66)), ((1, 131072, 32), (None, 32, 66))]
-# Triton's pipeliner double-buffers the K/V tiles only from 5 stages (triple from 8): with the
-# table lookup in the chain, 2-4 stages leave one tile in flight.
-LARGE_CONFIGS = ((64, 4, 3), (64, 4, 5), (64, 4, 8), (32, 4, 6), (32, 4, 8), (32, 2, 8), (64, 8, 5), (128, 4, 5))
-
-
-def large_rows() -> list[dict]:
-    from kernels.bench.timing import graph_ms
-    from kernels.decode_config import DecodeConfig
-    from kernels.paged_decode import decode_num_splits, paged_decode_attention
-    from scripts.tuning.device_rows import decode_shape_inputs
-
-    rows = []
-    for (batch, ctx, hq), split_counts in LARGE_SHAPES:
-        label, kv_bytes, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
-        ref = graph_ms(_cudnn_call(x), x.rot.n, 5.0, 30.0)
-        x.state.clear()
-        print(f"{label:<16} cudnn {ref * 1e3:.1f} us", flush=True)
-        for n, w, st in LARGE_CONFIGS:
-            cfg = DecodeConfig(block_n=n, num_warps=w, num_stages=st)
-            for splits in split_counts:
-                name = f"{n}/{w}/{st}"
-                try:
-                    def call(cfg=cfg, splits=splits):
-                        return paged_decode_attention(*_qt(x), x.lens, validate=False, config=cfg, num_splits=splits)
-                    ms = graph_ms(call, x.rot.n, 5.0, 30.0)
-                except Exception as exc:  # noqa: BLE001 - a config that does not fit is a row, not the end
-                    rows.append(dict(part="large", shape=label, config=name, splits=splits, error=str(exc)[:200]))
-                    print(f"  {name:<10} splits {splits}: {type(exc).__name__}", flush=True)
-                    continue
-                used = splits or decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, config=cfg, in_graph=True)
-                rows.append(dict(part="large", shape=label, config=name, splits=used, forced=splits is not None, ms=ms,
-                                 cudnn_ms=ref, x_cudnn=ref / ms, tbps=kv_bytes / (ms * 1e-3) / 1e12))
-                print(f"  {name:<10} splits {used:>3}{'!' if splits else ' '} {ms * 1e3:7.1f} us {ref / ms:.3f}x cuDNN",
-                      flush=True)
-        x = None
-        torch.cuda.empty_cache()
-    return rows
-
-
 # The parts that return rows only (``eager`` also returns a profile), in the order they run.
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
-         "b1": b1_rows, "nomerge": nomerge_rows, "pattern": pattern_rows, "large": large_rows}
+         "b1": b1_rows, "nomerge": nomerge_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, pattern, large")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
