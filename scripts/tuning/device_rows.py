@@ -23,7 +23,7 @@ from pathlib import Path
 from inputs.uploads import dumps_strict
 
 __all__ = ["finite", "error_text", "emit", "run_rows", "add_child_options", "run_child", "decode_shape_inputs",
-           "quantized_pools", "next_inputs", "cudnn_call", "config_row", "ROOT"]
+           "quantized_pools", "next_inputs", "cudnn_call", "config_row", "write_report", "ROOT"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
 
@@ -136,12 +136,12 @@ def quantized_pools(fmt: str, k16, v16) -> tuple:
     return k, v, dict(k_scale=ks, v_scale=vs)
 
 
-def next_inputs(x, k=None, v=None) -> tuple:
-    """``(q, k, v, tables)`` of the next rotation of ``x`` (a ``DecodeInputs``; its bf16 pools
-    unless ``k``, ``v``): each call reads another copy's tables, so a small shape's KV is not
-    served from the L2."""
+def next_inputs(x, k=None, v=None, tables=None) -> tuple:
+    """``(q, k, v, tables)`` of the next rotation of ``x`` (a ``DecodeInputs``; its bf16 pools and
+    tables unless ``k``, ``v``, ``tables`` — ``[rotations, batch, blocks]`` — are given): each call
+    reads another copy's tables, so a small shape's KV is not served from the L2."""
     i = x.rot.next()
-    return x.q[i], x.k if k is None else k, x.v if v is None else v, x.tables[i]
+    return x.q[i], x.k if k is None else k, x.v if v is None else v, (x.tables if tables is None else tables)[i]
 
 
 def cudnn_call(x):
@@ -173,3 +173,15 @@ def config_row(part: str, label: str, x, cfg, splits: int | None, cudnn_ms: floa
           flush=True)
     return dict(part=part, shape=label, config=name, splits=used, forced=splits is not None, ms=ms, cudnn_ms=cudnn_ms,
                 x_cudnn=cudnn_ms / ms)
+
+
+def write_report(path: str, module: str, rows: list[dict], **extra) -> None:
+    """A script's rows as strict JSON at ``path``, with the provenance of ``python3 -m module``
+    (and any ``extra`` top-level entries)."""
+    import dataclasses
+
+    from kernels.bench.timing import environment
+
+    with open(path, "w") as f:
+        f.write(dumps_strict({"provenance": dataclasses.asdict(environment(f"python3 -m {module}")), "rows": rows,
+                              **extra}, indent=1))

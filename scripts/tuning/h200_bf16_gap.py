@@ -20,12 +20,10 @@ Nothing runs at import.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import torch
 
-from inputs.uploads import dumps_strict
-from scripts.tuning.device_rows import config_row, cudnn_call, decode_shape_inputs
+from scripts.tuning.device_rows import config_row, cudnn_call, decode_shape_inputs, next_inputs, write_report
 
 PATTERN_SHAPES = [(32, 16384, 64), (8, 32768, 64), (1, 32768, 32)]
 
@@ -77,8 +75,7 @@ def pattern_rows() -> list[dict]:
                 k, v, tables = build()
 
                 def call(k=k, v=v, tables=tables):
-                    i = x.rot.next()
-                    return paged_decode_attention(x.q[i], k, v, tables[i], x.lens, validate=False)
+                    return paged_decode_attention(*next_inputs(x, k, v, tables), x.lens, validate=False)
                 ms = graph_ms(call, n_rot, 5.0, 30.0)
             except Exception as exc:  # noqa: BLE001 - one arrangement that fails is a row, not the end
                 rows.append(dict(part="pattern", shape=label, arrangement=name, error=str(exc)[:200]))
@@ -130,17 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
-    from kernels.bench.timing import environment
-
     parts = args.parts.split(",")
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         p.error(f"unknown parts: {', '.join(unknown)}")
     rows = [row for name, part_rows in PARTS.items() if name in parts for row in part_rows()]
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_bf16_gap")),
-                                  "rows": rows}, indent=1))
+        write_report(args.json, "scripts.tuning.h200_bf16_gap", rows)
     return 0
 
 

@@ -41,8 +41,7 @@ import time
 
 import torch
 
-from inputs.uploads import dumps_strict
-from scripts.tuning.device_rows import config_row, cudnn_call, next_inputs, quantized_pools
+from scripts.tuning.device_rows import config_row, cudnn_call, next_inputs, quantized_pools, write_report
 
 GQA_SHAPES = [(8, 32768, 32), (8, 32768, 64), (32, 16384, 32), (32, 16384, 64)]
 EAGER_SHAPES = [(1, 32768, 32), (1, 32768, 64)]
@@ -465,8 +464,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
-    from kernels.bench.timing import environment
-
     rows, profile_text = [], ""
     parts = args.parts.split(",")
     if "eager" in parts:
@@ -476,9 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in parts:
             rows += part_rows()
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_decode_diag")),
-                                  "rows": rows, "profile": profile_text}, indent=1))
+        write_report(args.json, "scripts.tuning.h200_decode_diag", rows, profile=profile_text)
     return 0
 
 

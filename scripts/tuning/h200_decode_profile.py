@@ -7,9 +7,10 @@ Run on the device machine under ``ncu`` (clock control off, as the device notes 
         python3 -m scripts.tuning.h200_decode_profile --batch 32 --context 16384
 
 Each kernel (bf16, FP8, INT4 Triton; ``rdq-int4`` and ``rdq-fp8``, the Gluon kernels at their
-default configs and ``--splits`` if given; ``cudnn``, SDPA's cuDNN backend on the same KV laid out
-contiguous, ``[batch, KV heads, context, d]``, as the harness's contender reads it) is called ``--calls`` times on the same batch (32/8 heads, d 128,
-block 16, ``--heads``/8 heads, blocks a random permutation of the pool). Not imported by the app or the tests.
+default configs and ``--splits`` if given; ``cudnn``, SDPA's cuDNN backend on KV of the same
+size laid out contiguous, ``[batch, KV heads, context, d]``, as the harness's contender reads
+it) is called ``--calls`` times on the same batch (``--heads``/8 heads, d 128, block 16, blocks
+a random permutation of the pool). Not imported by the app or the tests.
 """
 
 from __future__ import annotations
@@ -57,11 +58,9 @@ def main() -> None:
         if f"rdq-{fmt}" in kinds:
             from kernels.decode_backends import default_rdq_config
             from kernels.paged_decode_rdq import rdq_paged_decode
-            if fmt == "int4":
-                kq, vq, kw = quantize_pool_int4(k), quantize_pool_int4(v), {}
-            else:
-                kq, vq, ks, vs = quantize_kv_fp8(k, v)
-                kw = dict(k_scale=ks, v_scale=vs)
+            from scripts.tuning.device_rows import quantized_pools
+
+            kq, vq, kw = quantized_pools(fmt, k, v)
             for _ in range(args.calls):
                 rdq_paged_decode(q, kq, vq, tables, lens, validate=False, config=default_rdq_config(fmt),
                                  num_splits=args.splits, **kw)

@@ -17,7 +17,7 @@ import dataclasses
 
 import torch
 
-from inputs.uploads import dumps_strict
+from scripts.tuning.device_rows import write_report
 
 # (batch, context, query heads, block size); 8 KV heads, d 128.
 SHAPES = [(8, 32768, 32, 1), (8, 32768, 32, 16), (8, 32768, 64, 16), (1, 32768, 32, 16)]
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
-    from kernels.bench.timing import environment, graph_ms
+    from kernels.bench.timing import graph_ms
     from kernels.decode_config import default_config
     from kernels.paged_cache import build_paged_cache
     from kernels.paged_decode import _prepare, paged_decode_attention
@@ -57,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             print("  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            f.write(dumps_strict({"provenance": dataclasses.asdict(environment("python3 -m scripts.tuning.h200_merge_plan")),
-                                  "rows": rows}, indent=1))
+        write_report(args.json, "scripts.tuning.h200_merge_plan", rows)
     return 0
 
 
