@@ -31,11 +31,20 @@ Here one warp is one program (one flash-decoding partition of a (KV head, sequen
   scale are folded into the query, ``v_scale`` into the final normalisation.
 * Codes travel by 16-byte (d 128 K) / 8-byte (V) ``cp.async`` into a small shared ring,
   ``num_stages - 1`` tiles ahead, each lane copying exactly the bytes it later reads (so no
-  barrier), then one vector ``ld.shared`` per slice. Why not a register prefetch: a tile of codes
-  carried across the loop becomes one SSA value per byte, and repacking them into words for the
-  dequantising PTX cost ~300 ``PRMT`` per 32-token tile (measured on the SASS), more than the
-  dequantisation itself. The split plan and the merge are the other decode kernels'; the merge
-  goes out as a programmatic dependent launch on Hopper (``RdqConfig.pdl``).
+  barrier), then one vector ``ld.shared`` per slice. The split plan and the merge are the other
+  decode kernels'; the merge goes out as a programmatic dependent launch on Hopper
+  (``RdqConfig.pdl``).
+* ``RdqConfig(reg_prefetch=True)`` (INT4, swapped, pages of at least a tile; the INT4 default):
+  no ring. The next tile's codes and scales are loaded into registers while this tile is
+  computed, as 32-bit *words* in the byte tiles' layouts with a word per four bytes
+  (:func:`kernels.rdq_layouts.word_layout_bases`), and the dequantising PTX takes one word per
+  element, its fp16-pair outputs split into halves that LLVM folds away. (A tile carried across
+  the loop as bytes becomes one SSA value per byte, and repacking them for the PTX cost ~300
+  ``PRMT`` per 32-token tile.) No copy, read-back or barrier in the loop: 5-6 % faster than the
+  ring at the worst INT4 shape (benchmarks/NOTES-decode.md, round 22).
+* The swapped design stores its output (or partial) with rows relabelled into physical head-dim
+  order and one layout change, so each lane writes 16-byte vectors: scattered 4-byte stores of
+  2,112 partials cost ~4 us at batch 8 x 32K.
 * ``RdqConfig(swap_ab=True)`` transposes both products so that the query heads are the MMA's
   N = 8 instead of its padded M = 16 (:mod:`kernels.rdq_swap`): half the ``mma.sync`` and half
   the accumulator and query registers at GQA <= 8, the same code tiles and dequantising PTX,
@@ -52,7 +61,6 @@ head_dim 64 or 128; 1 to 16 query heads per KV head; block sizes powers of two 1
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import torch
@@ -67,7 +75,10 @@ from kernels.direct_launch import DirectLauncher
 from kernels.paged_decode import LOG2_E
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
 from kernels.decode_checks import check_int4_inputs
-from kernels.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases
+from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,
+                                 word_layout_bases)
+from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, rdq_shared_bytes,
+                                uses_register_prefetch)
 from kernels.rdq_swap import attend_swapped, swapped_heads
 
 if _HAVE_GLUON:
@@ -80,91 +91,11 @@ if _HAVE_GLUON:
                                    query_dims, scale_halves, token_pairs, v_logical)
 
 __all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
-           "rdq_plan", "rdq_shared_bytes", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
+           "rdq_plan", "rdq_shared_bytes", "uses_register_prefetch", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
 
-RDQ_FORMATS = ("int4", "fp8")
-MAX_RDQ_GROUP = 16  # query heads per KV head: the MMA's 16 rows
 _MMA_ROWS = 16  # rows of mma.m16n8k16: the query heads, zero-padded
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RdqConfig:
-    """Launch configuration: ``block_n`` tokens per tile (a multiple of 16: one k-step of p.V),
-    ``num_stages`` shared-memory ring slots of code tiles (``num_stages - 1`` tiles in flight
-    ahead of the one in use), ``per_sm`` the programs per SM whose one wave the default split
-    count fills at most (None: as many as fit, the compiled kernel's residency), ``maxnreg`` an
-    optional register cap, ``swap_ab`` the swapped products (query heads as the MMA's N:
-    :mod:`kernels.rdq_swap`) instead of heads as its M, ``pdl`` the split merge as a
-    programmatic dependent launch (Hopper), ``ring_scales`` (INT4, swapped) the scale words
-    copied through the ring with their codes instead of loaded in the loop. One warp per
-    program."""
-
-    block_n: int = 32
-    num_stages: int = 3
-    per_sm: int | None = None
-    maxnreg: int | None = None
-    swap_ab: bool = False
-    pdl: bool = True
-    ring_scales: bool = False
-
-    def __post_init__(self) -> None:
-        if self.block_n not in (16, 32, 64):
-            raise ValueError(f"block_n must be 16, 32 or 64, got {self.block_n}")
-        if not 2 <= self.num_stages <= 8:
-            raise ValueError(f"num_stages must be in 2..8, got {self.num_stages}")
-        if self.per_sm is not None and (isinstance(self.per_sm, bool) or not isinstance(self.per_sm, int)
-                                        or not 1 <= self.per_sm <= 64):
-            raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
-        if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
-            raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
-        for flag in ("swap_ab", "pdl", "ring_scales"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
-
-    @property
-    def num_warps(self) -> int:
-        return 1
-
-    @property
-    def name(self) -> str:
-        return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
-                + (f" {self.per_sm}/SM" if self.per_sm else "")
-                + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl")
-                + (" ring-scales" if self.ring_scales else ""))
-
-
-# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
-# block 16, GQA 4, Triton 3.6.0 and 3.7.1 within a few registers), INT4 / FP8 registers and
-# programs per SM: 32x3st 176 / 167 regs, 11 / 7 programs; 16x4st 163 / 145, 12 / 10; 32x4st
-# 174 / 163, 11 / 6; 64x2st 190-224 / 177-190, 9-10 / 6; no spills. FP8 at 32+ tokens is held to
-# 6-7 programs by its 128-byte rows in the ring: the 16-token entries are its candidates. The
-# rows design's 16x4st was timed fastest for both formats (1.64x / 1.60x the bf16 kernel).
-# Swapped: 16x4st 112 / 95-98 regs, 18 / 12 programs (FP8: the ring's shared memory), 28.1 /
-# 19.6 SASS per token against the rows design's 35.2 / 24.0; 16x3st 125-128 / 97-110, 16 / 15;
-# 32x3st 127 / 124-126, 16 / 8; 16x6st 125-128 / 97-110, 16 / 8. Timed on the H200
-# (benchmarks/NOTES-decode.md, rounds 15-16), worst large-shape x bf16: INT4 swap 16x3st 2.11-2.12
-# (16x4st 1.90, 32x3st 2.03, 16x6st 1.92; register caps of 80-96 lost 3-16 %), FP8 swap 32x3st
-# 1.725 twice (16x6st 1.69, 32x2st 1.68, 16x4st 1.66, 16x3st 1.65) — the defaults of
-# kernels.decode_backends. With the per-tile scalar addressing and the skipped rescale (round 17):
-# INT4 swap 16x3st 2.277 (16x4st 2.234, 16x6st 2.017), FP8 swap 32x3st 1.731 (16x6st 1.717).
-# One wave (round 18): FP8 32x3st at 4 per SM 1.771 (full residency 1.729). INT4 scales through the
-# ring (round 19): 16x3st 2.444 (16x4st 2.415, in the loop 2.297). Tile j + 1's q.k issued beside
-# tile j's softmax and p.V (round 20, 152-164 registers, 12-13 programs per SM): 1.63-2.03, removed.
-RDQ_CONFIGS: tuple[RdqConfig, ...] = (
-    RdqConfig(block_n=32, num_stages=3),
-    RdqConfig(block_n=16, num_stages=4),
-    RdqConfig(block_n=32, num_stages=4),
-    RdqConfig(block_n=64, num_stages=2),
-    RdqConfig(block_n=16, num_stages=3),
-    RdqConfig(block_n=16, num_stages=4, swap_ab=True),
-    RdqConfig(block_n=16, num_stages=3, swap_ab=True),
-    RdqConfig(block_n=32, num_stages=3, swap_ab=True),
-    RdqConfig(block_n=16, num_stages=6, swap_ab=True),
-    RdqConfig(block_n=32, num_stages=3, swap_ab=True, per_sm=4),
-    RdqConfig(block_n=16, num_stages=6, swap_ab=True, per_sm=4),
-    RdqConfig(block_n=16, num_stages=3, swap_ab=True, ring_scales=True),
-    RdqConfig(block_n=16, num_stages=4, swap_ab=True, ring_scales=True),
-)
 
 if _HAVE_GLUON:
     _INT4_K_ASM = gl.constexpr(INT4_K_PTX)
@@ -201,6 +132,9 @@ if _HAVE_GLUON:
         SWAP_AB: gl.constexpr,  # heads as the MMA's N (kernels.rdq_swap) instead of its M
         RING_SCALES: gl.constexpr,  # INT4, swapped: scale words through the ring with their codes
         EARLY_MERGE_LAUNCH: gl.constexpr,  # let the merge kernel (a PDL dependent) start now
+        REG_PREFETCH: gl.constexpr,  # INT4, swapped: next tile's words into registers, no ring
+        kw_layout: gl.constexpr,  # the K code tile as words (REG_PREFETCH)
+        vw_layout: gl.constexpr,  # the V code tile as words
         k_layout: gl.constexpr,  # the K code tile's register layout (tile_layouts)
         v_layout: gl.constexpr,  # the V code tile's
         ring_layout: gl.constexpr,  # the ring's shared layout: rows as stored, unswizzled
@@ -223,13 +157,21 @@ if _HAVE_GLUON:
         vs_head_ptr = v_scales_ptr + kv_head.to(gl.int64) * stride_vsh
         table_ptr = block_tables_ptr + seq.to(gl.int64) * stride_btb
 
-        # The ring of code tiles fills first: its copies are in flight while the query is loaded.
-        k_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
-        v_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
         # Per-lane offsets within a tile's page slots, computed once: the loop adds them to one
         # scalar base per tile.
         k_offs = code_offsets(stride_kt, PAGE_SIZE, BLOCK_N, RB, k_layout)
         v_offs = code_offsets(stride_vt, PAGE_SIZE, BLOCK_N, RB, v_layout)
+        kw_offs = 0
+        vw_offs = 0
+        if REG_PREFETCH:
+            kw_offs = code_offsets(stride_kt // 4, PAGE_SIZE, BLOCK_N, RB // 4, kw_layout)
+            vw_offs = code_offsets(stride_vt // 4, PAGE_SIZE, BLOCK_N, RB // 4, vw_layout)
+            k_ring = 0  # not read
+            v_ring = 0
+        else:
+            # The ring of code tiles fills first: its copies are in flight while the query is loaded.
+            k_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
+            v_ring = gl.allocate_shared_memory(gl.uint8, [STAGES, BLOCK_N, RB], ring_layout)
         # The swapped design's S^T rows: where its scale words are read (and, RING_SCALES, copied).
         scale_layout: gl.constexpr = gl.SliceLayout(1, gl.NVMMADistributedLayout(
             version=[2, 0], warps_per_cta=[1, 1], instr_shape=[16, 8]))
@@ -240,7 +182,7 @@ if _HAVE_GLUON:
         else:
             ks_ring = k_ring  # not read
             vs_ring = v_ring
-        for t in gl.static_range(STAGES - 1):
+        for t in gl.static_range(0 if REG_PREFETCH else STAGES - 1):
             issue_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, start + t * BLOCK_N, end, t, k_offs,
                         v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE, BLOCK_N, INT4, k_layout,
                         v_layout, ks_head_ptr, vs_head_ptr, ks_ring, vs_ring, stride_ksb, stride_kst, stride_vsb,
@@ -252,7 +194,8 @@ if _HAVE_GLUON:
                            seq, split, kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt,
                            stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh,
                            stride_pob, stride_poh, stride_pos, stride_plb, stride_plh, INT4, GROUP, RB, PAGE_SIZE,
-                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, ks_ring, vs_ring, RING_SCALES)
+                           BLOCK_N, STAGES, SPLIT, k_layout, v_layout, ks_ring, vs_ring, RING_SCALES, kw_offs, vw_offs,
+                           REG_PREFETCH)
         else:
             _attend_rows(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr,
                          table_ptr, k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale,
@@ -391,6 +334,15 @@ def tile_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
             gl.DistributedLinearLayout(**v_tile_layout_bases(block_n, rb)))
 
 
+@functools.lru_cache(maxsize=64)
+def word_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
+    """The K and V code tiles as 32-bit words (``reg_prefetch``), each lane's words the bytes
+    it holds in :func:`tile_layouts`."""
+    rb = head_dim // 2 if fmt == "int4" else head_dim
+    return (gl.DistributedLinearLayout(**word_layout_bases(k_tile_layout_bases(block_n, rb))),
+            gl.DistributedLinearLayout(**word_layout_bases(v_tile_layout_bases(block_n, rb))))
+
+
 @functools.lru_cache(maxsize=256)  # one dict per variant: DirectLauncher keys on its identity
 def _launch_kwargs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
                    early_merge: bool) -> dict:
@@ -405,25 +357,19 @@ def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_si
     k_layout, v_layout = tile_layouts(cfg.block_n, head_dim, fmt)
     if cfg.swap_ab:
         swapped_heads(group)
+    reg_prefetch = uses_register_prefetch(cfg, fmt, block_size)
+    kw_layout, vw_layout = word_layouts(cfg.block_n, head_dim, fmt) if reg_prefetch else (None, None)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
                 STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab,
-                RING_SCALES=cfg.ring_scales and cfg.swap_ab and fmt == "int4",
-                EARLY_MERGE_LAUNCH=early_merge,
-                k_layout=k_layout, v_layout=v_layout,
+                RING_SCALES=cfg.ring_scales and cfg.swap_ab and fmt == "int4" and not reg_prefetch,
+                EARLY_MERGE_LAUNCH=early_merge, REG_PREFETCH=reg_prefetch,
+                k_layout=k_layout, v_layout=v_layout, kw_layout=kw_layout, vw_layout=vw_layout,
                 ring_layout=gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[1, 0]))
 
 
 def _options(cfg: RdqConfig) -> dict:
     """Compile options of a config: one warp, and its register cap where it has one."""
     return {"num_warps": cfg.num_warps, **({"maxnreg": cfg.maxnreg} if cfg.maxnreg else {})}
-
-
-def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str) -> int:
-    """Shared memory of the code ring (bytes): a K and a V tile of ``block_n`` code rows per stage
-    (and with ``ring_scales``, INT4 swapped, their 4-byte scale words)."""
-    scales = 2 * 4 if cfg.ring_scales and cfg.swap_ab and fmt == "int4" else 0
-    return 2 * cfg.num_stages * cfg.block_n * (head_dim // 2 if fmt == "int4" else head_dim) \
-        + cfg.num_stages * cfg.block_n * scales
 
 
 def rdq_available() -> bool:

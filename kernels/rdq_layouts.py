@@ -30,7 +30,7 @@ from __future__ import annotations
 
 __all__ = ["k_physical_byte", "v_physical_byte", "INT4_K_ELEMENT_BYTE", "FP8_K_ELEMENT_BYTE",
            "k_tile_layout_bases", "v_tile_layout_bases", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX",
-           "MOVMATRIX_PTX", "p_transpose_reshape"]
+           "MOVMATRIX_PTX", "p_transpose_reshape", "word_layout_bases"]
 
 # Which byte of a 32-bit code word the m-th value a K conversion returns comes from. INT4: the
 # nibble trick masks bytes 0 and 2 of a word (then of the word shifted right by 8: bytes 1 and
@@ -86,6 +86,20 @@ def v_tile_layout_bases(block_n: int, row_bytes: int) -> dict:
             + [[16 << i, 0] for i in range(_bits(block_n // 16))])
     lanes = [[2, 0], [4, 0], [0, per_lane], [0, 2 * per_lane], [0, 4 * per_lane]]
     return dict(reg_bases=regs, lane_bases=lanes, warp_bases=[], block_bases=[], shape=[block_n, row_bytes])
+
+
+def word_layout_bases(byte_bases: dict) -> dict:
+    """The same tile as 32-bit words (``[block_n, row_bytes / 4]``): a byte layout whose first two
+    register bases walk the four bytes of a word (every layout above) without those two, its
+    column coordinates divided by 4. A lane then holds as words exactly the bytes it held."""
+    regs = byte_bases["reg_bases"]
+    if regs[:2] != [[0, 1], [0, 2]]:
+        raise ValueError(f"the first two register bases must walk a word's bytes, got {regs[:2]}")
+    def words(basis: list[int]) -> list[int]:
+        return [basis[0], basis[1] // 4]
+
+    return dict(reg_bases=[words(b) for b in regs[2:]], lane_bases=[words(b) for b in byte_bases["lane_bases"]],
+                warp_bases=[], block_bases=[], shape=[byte_bases["shape"][0], byte_bases["shape"][1] // 4])
 
 
 # INT4 K: one word of four code bytes ($4) -> fp16 pairs (c - 8) of the low nibbles of bytes

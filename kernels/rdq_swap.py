@@ -39,8 +39,9 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.rdq_tiles import (k_logical, load_scales, next_codes, next_codes_and_scales, output_dims,
-                                   query_dims, scale_halves, token_pairs, v_logical)
+    from kernels.rdq_tiles import (k_logical, load_code_words, load_scales, load_scales_at, next_codes,
+                                   next_codes_and_scales, query_dims, scale_halves, tile_page,
+                                   token_pairs, v_logical)
 
 __all__ = ["attend_swapped", "swapped_heads"]
 
@@ -59,6 +60,56 @@ if _HAVE_GLUON:
     _FP8_K_ASM = gl.constexpr(FP8_K_PTX)
     _FP8_V_ASM = gl.constexpr(FP8_V_PTX)
     _MOVMATRIX_ASM = gl.constexpr(MOVMATRIX_PTX)
+    @gluon.jit
+    def _halves(r):
+        """A tensor of 32-bit words holding two fp16 each -> their low and high halves as fp16."""
+        return ((r & 0xFFFF).to(gl.int16).to(gl.float16, bitcast=True),
+                (r >> 16).to(gl.int16).to(gl.float16, bitcast=True))
+
+    @gluon.jit
+    def _quad2(r0, r1, BLOCK_N: gl.constexpr, RB: gl.constexpr):
+        """Two tensors of fp16-pair words (one per code word) -> ``[BLOCK_N, RB]`` fp16, word
+        ``w``'s four values (``r0`` low, high, ``r1`` low, high) at columns ``4 w .. 4 w + 3``."""
+        a, b = _halves(r0)
+        c, d = _halves(r1)
+        return _quad(a, b, c, d, BLOCK_N, RB)
+
+    @gluon.jit
+    def _quad(a, b, c, d, BLOCK_N: gl.constexpr, RB: gl.constexpr):
+        """Four ``[BLOCK_N, RB / 4]`` tensors of one value per word -> ``[BLOCK_N, RB]``, the
+        values of word ``w`` at columns ``4 w .. 4 w + 3`` in argument order."""
+        # join's new dimension is the minor one: join(join(a, c), join(b, d))[.., k, n] is a, b, c, d
+        # at 2 k + n.
+        return gl.reshape(gl.join(gl.join(a, c), gl.join(b, d)), [BLOCK_N, RB])
+
+    @gluon.jit
+    def _int4_scores_words(kw, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op: gl.constexpr, BLOCK_N: gl.constexpr,
+                           RB: gl.constexpr):
+        """:func:`_int4_scores` from the K tile as code words."""
+        h = gl.inline_asm_elementwise(_INT4_K_ASM, "=r,=r,=r,=r,r", [kw], dtype=(gl.int32,) * 4, is_pure=True,
+                                      pack=1)
+        k_lo = _quad2(h[0], h[1], BLOCK_N, RB)
+        k_hi = _quad2(h[2], h[3], BLOCK_N, RB)
+        s_lo = mma_v2(gl.convert_layout(gl.permute(k_logical(k_lo, BLOCK_N, RB), (1, 0)), a_op), qt_lo, s_zero)
+        s_hi = mma_v2(gl.convert_layout(gl.permute(k_logical(k_hi, BLOCK_N, RB), (1, 0)), a_op), qt_hi, s_zero)
+        return s_lo * gl.expand_dims(ks_lo, 1) + s_hi * gl.expand_dims(ks_hi, 1)
+
+    @gluon.jit
+    def _int4_pv_words(p, vw, vs_lo, vs_hi, o_lo, o_hi, a_op: gl.constexpr, b_op: gl.constexpr,
+                       BLOCK_N: gl.constexpr, RB: gl.constexpr, HEADS: gl.constexpr):
+        """:func:`_int4_pv` from the V tile as code words."""
+        even, odd = token_pairs(vw, BLOCK_N, RB // 4)
+        h = gl.inline_asm_elementwise(_INT4_V_ASM, "=r,=r,=r,=r,=r,=r,=r,=r,r,r", [even, odd],
+                                      dtype=(gl.int32,) * 8, is_pure=True, pack=1)
+        x0 = _quad2(h[0], h[1], BLOCK_N // 2, RB)
+        x1 = _quad2(h[2], h[3], BLOCK_N // 2, RB)
+        x2 = _quad2(h[4], h[5], BLOCK_N // 2, RB)
+        x3 = _quad2(h[6], h[7], BLOCK_N // 2, RB)
+        pt_lo = _p_operand(p * gl.expand_dims(vs_lo, 1), BLOCK_N, HEADS, b_op)
+        pt_hi = _p_operand(p * gl.expand_dims(vs_hi, 1), BLOCK_N, HEADS, b_op)
+        o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op), pt_lo, o_lo)
+        o_hi = mma_v2(gl.convert_layout(gl.permute(v_logical(x2, x3, BLOCK_N, RB), (1, 0)), a_op), pt_hi, o_hi)
+        return o_lo, o_hi
 
     @gluon.jit
     def _p_operand(p, BLOCK_N: gl.constexpr, HEADS: gl.constexpr, b_op: gl.constexpr):
@@ -129,10 +180,22 @@ if _HAVE_GLUON:
         token: zero weight in the merge)."""
         has_tokens = l_i > 0.0
         out = acc / gl.expand_dims(gl.where(has_tokens, l_i, 1.0), 0)
-        dims = gl.expand_dims(output_dims(gl.arange(0, RB, layout=gl.SliceLayout(1, mma)), RB), 1)
-        cols = gl.arange(0, HEADS, layout=gl.SliceLayout(0, mma))
+        # Rows in physical head-dim order, then four consecutive dims of one head per lane: the
+        # stores are 16-byte vectors, not scattered words. The physical dim of row n is
+        # (n % 8) RB / 8 + n // 8 (kernels.rdq_layouts.v_physical_byte): a relabelling of the
+        # registers, and one layout change through shared memory.
+        out = gl.reshape(gl.permute(gl.reshape(out, [RB // 8, 8, HEADS]), (1, 0, 2)), [RB, HEADS])
+        lanes_d: gl.constexpr = RB // 4 if RB // 4 < 32 else 32
+        store_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[4, 1], threads_per_warp=[lanes_d, 32 // lanes_d],
+                                                      warps_per_cta=[1, 1], order=[0, 1])
+        out = gl.convert_layout(out, store_layout)
+        dims = gl.expand_dims(gl.arange(0, RB, layout=gl.SliceLayout(1, store_layout)), 1)
+        cols = gl.arange(0, HEADS, layout=gl.SliceLayout(0, store_layout))
         heads = kv_head * GROUP + cols
         col_ok = gl.expand_dims(cols < GROUP, 0)
+        l_i = gl.convert_layout(l_i, gl.SliceLayout(0, store_layout))
+        m_i = gl.convert_layout(m_i, gl.SliceLayout(0, store_layout))
+        has_tokens = l_i > 0.0
         if SPLIT:
             po = (part_out_ptr + seq.to(gl.int64) * stride_pob + gl.expand_dims(heads * stride_poh, 0)
                   + split * stride_pos + dims)
@@ -144,13 +207,73 @@ if _HAVE_GLUON:
             gl.store(o, out.to(out_ptr.dtype.element_ty), mask=col_ok)
 
     @gluon.jit
+    def _int4_tile_words(k_words, v_words, ks_head_ptr, vs_head_ptr, page, tile, end, kw_offs, vw_offs, stride_kb,
+                         stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
+                         PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, token_layout: gl.constexpr):
+        """One INT4 tile's K and V code words and scale words from its pool block ``page``, loaded
+        into registers (code strides in words; scale words past ``end`` are 0)."""
+        kw = load_code_words(k_words, page, tile, kw_offs, stride_kb, stride_kt, PAGE_SIZE)
+        vw = load_code_words(v_words, page, tile, vw_offs, stride_vb, stride_vt, PAGE_SIZE)
+        ksw = load_scales_at(ks_head_ptr, page, tile, end, stride_ksb, stride_kst, PAGE_SIZE, BLOCK_N, token_layout)
+        vsw = load_scales_at(vs_head_ptr, page, tile, end, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
+        return kw, vw, ksw, vsw
+
+    @gluon.jit
+    def _int4_loop_registers(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo,
+                             qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt,
+                             stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, a_op: gl.constexpr,
+                             b_op: gl.constexpr, RB: gl.constexpr, HEADS: gl.constexpr, PAGE_SIZE: gl.constexpr,
+                             BLOCK_N: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr,
+                             token_layout: gl.constexpr):
+        """The INT4 main loop with each next tile's codes and scales loaded into registers while
+        this one is computed (no shared memory: no copy or read-back instructions, no barrier).
+        The block-table entry is read a tile earlier still, so those loads need not wait for it."""
+        k_words = k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+        v_words = v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+        skb = stride_kb // 4
+        skt = stride_kt // 4
+        svb = stride_vb // 4
+        svt = stride_vt // 4
+        kw, vw, ksw, vsw = _int4_tile_words(k_words, v_words, ks_head_ptr, vs_head_ptr,
+                                            tile_page(table_ptr, start, end, PAGE_SIZE), start, end, kw_offs, vw_offs,
+                                            skb, skt, svb, svt, stride_ksb, stride_kst, stride_vsb, stride_vst,
+                                            PAGE_SIZE, BLOCK_N, token_layout)
+        page_next = tile_page(table_ptr, start + BLOCK_N, end, PAGE_SIZE)
+        for j in range(n_tiles):
+            tile = start + j * BLOCK_N
+            kw_n, vw_n, ksw_n, vsw_n = _int4_tile_words(
+                k_words, v_words, ks_head_ptr, vs_head_ptr, page_next, tile + BLOCK_N, end, kw_offs, vw_offs,
+                skb, skt, svb, svt, stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N,
+                token_layout)
+            page_next = tile_page(table_ptr, tile + 2 * BLOCK_N, end, PAGE_SIZE)
+            m_i, l_acc, o_lo, o_hi = _int4_words_step(kw, vw, ksw, vsw, qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi,
+                                                      s_zero, rows, end - tile, a_op, b_op, RB, HEADS, BLOCK_N,
+                                                      token_layout)
+            kw, vw, ksw, vsw = kw_n, vw_n, ksw_n, vsw_n
+        return m_i, l_acc, o_lo, o_hi
+
+    @gluon.jit
+    def _int4_words_step(kw, vw, ksw, vsw, qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, left,
+                         a_op: gl.constexpr, b_op: gl.constexpr, RB: gl.constexpr, HEADS: gl.constexpr,
+                         BLOCK_N: gl.constexpr, token_layout: gl.constexpr):
+        """One INT4 tile from its code and scale words (``left``: tokens from the tile's start to
+        the split's end): scores, the online-softmax step and p.V."""
+        ks_lo, ks_hi = scale_halves(ksw, token_layout)
+        vs_lo, vs_hi = scale_halves(vsw, token_layout)
+        s = _int4_scores_words(kw, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
+        p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, left, m_i, l_acc, o_lo, o_hi)
+        o_lo, o_hi = _int4_pv_words(p, vw, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
+        return m_i, l_acc, o_lo, o_hi
+
+    @gluon.jit
     def attend_swapped(q_ptr, k_scales_ptr, v_scales_ptr, ks_head_ptr, vs_head_ptr, k_head_ptr, v_head_ptr, table_ptr,
                        k_ring, v_ring, k_offs, v_offs, out_ptr, part_out_ptr, part_lse_ptr, qk_scale, seq, split,
                        kv_head, start, end, n_tiles, stride_qb, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
                        stride_ksb, stride_kst, stride_vsb, stride_vst, stride_ob, stride_oh, stride_pob, stride_poh,
                        stride_pos, stride_plb, stride_plh, INT4: gl.constexpr, GROUP: gl.constexpr, RB: gl.constexpr,
                        PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr,
-                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr):
+                       k_layout: gl.constexpr, v_layout: gl.constexpr, ks_ring, vs_ring, RING_SCALES: gl.constexpr,
+                       kw_offs, vw_offs, REG_PREFETCH: gl.constexpr):
         """Query load, main loop and store of one program in the swapped design, after the
         kernel has started the ring's first ``STAGES - 1`` copies (arguments: the kernel's;
         ``RING_SCALES``: INT4 scale words from ``ks_ring``/``vs_ring``, copied with the codes)."""
@@ -186,41 +309,48 @@ if _HAVE_GLUON:
         s_zero = gl.zeros([BLOCK_N, HEADS], gl.float32, mma)
         rows = gl.arange(0, BLOCK_N, layout=token_layout)
         slot = 0  # ring slot of tile j
-        for j in range(n_tiles):
-            tile = start + j * BLOCK_N
-            if RING_SCALES:
-                kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
-                    k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
-                    vs_ring, tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt,
-                    stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout,
-                    v_layout, token_layout)
-            else:
-                kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot,
-                                          k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
-                                          BLOCK_N, STAGES, INT4, k_layout, v_layout)
-            if INT4:
-                if not RING_SCALES:
-                    ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,
-                                           BLOCK_N, token_layout)
-                    vs_words = load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst, PAGE_SIZE,
-                                           BLOCK_N, token_layout)
-                ks_lo, ks_hi = scale_halves(ks_words, token_layout)
-                vs_lo, vs_hi = scale_halves(vs_words, token_layout)
-                s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
-            else:
-                k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True,
-                                                pack=4)
-                s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
-                           s_zero)
-            p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
-            if INT4:
-                o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
-            else:
-                even, odd = token_pairs(vc, BLOCK_N, RB)
-                x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
-                                                   dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
-                o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op),
-                              _p_operand(p, BLOCK_N, HEADS, b_op), o_lo)
+        if REG_PREFETCH:
+            m_i, l_acc, o_lo, o_hi = _int4_loop_registers(
+                k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo, qt_hi, m_i,
+                l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt, stride_vb, stride_vt,
+                stride_ksb, stride_kst, stride_vsb, stride_vst, a_op, b_op, RB, HEADS, PAGE_SIZE, BLOCK_N, k_layout,
+                v_layout, token_layout)
+        else:
+            for j in range(n_tiles):
+                tile = start + j * BLOCK_N
+                if RING_SCALES:
+                    kc, vc, ks_words, vs_words, slot = next_codes_and_scales(
+                        k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, k_ring, v_ring, ks_ring,
+                        vs_ring, tile, end, slot, k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt,
+                        stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, STAGES, k_layout,
+                        v_layout, token_layout)
+                else:
+                    kc, vc, slot = next_codes(k_head_ptr, v_head_ptr, table_ptr, k_ring, v_ring, tile, end, slot,
+                                              k_offs, v_offs, stride_kb, stride_kt, stride_vb, stride_vt, PAGE_SIZE,
+                                              BLOCK_N, STAGES, INT4, k_layout, v_layout)
+                if INT4:
+                    if not RING_SCALES:
+                        ks_words = load_scales(ks_head_ptr, table_ptr, tile, end, stride_ksb, stride_kst, PAGE_SIZE,
+                                               BLOCK_N, token_layout)
+                        vs_words = load_scales(vs_head_ptr, table_ptr, tile, end, stride_vsb, stride_vst, PAGE_SIZE,
+                                               BLOCK_N, token_layout)
+                    ks_lo, ks_hi = scale_halves(ks_words, token_layout)
+                    vs_lo, vs_hi = scale_halves(vs_words, token_layout)
+                    s = _int4_scores(kc, ks_lo, ks_hi, qt_lo, qt_hi, s_zero, a_op, BLOCK_N, RB)
+                else:
+                    k16 = gl.inline_asm_elementwise(_FP8_K_ASM, "=r,=r,r", [kc], dtype=gl.float16, is_pure=True,
+                                                    pack=4)
+                    s = mma_v2(gl.convert_layout(gl.permute(k_logical(k16, BLOCK_N, RB), (1, 0)), a_op), qt_lo,
+                               s_zero)
+                p, m_i, l_acc, o_lo, o_hi = _softmax_step(s, rows, end - tile, m_i, l_acc, o_lo, o_hi)
+                if INT4:
+                    o_lo, o_hi = _int4_pv(p, vc, vs_lo, vs_hi, o_lo, o_hi, a_op, b_op, BLOCK_N, RB, HEADS)
+                else:
+                    even, odd = token_pairs(vc, BLOCK_N, RB)
+                    x0, x1 = gl.inline_asm_elementwise(_FP8_V_ASM, "=r,=r,=r,=r,r,r", [even, odd],
+                                                       dtype=(gl.float16, gl.float16), is_pure=True, pack=4)
+                    o_lo = mma_v2(gl.convert_layout(gl.permute(v_logical(x0, x1, BLOCK_N, RB), (1, 0)), a_op),
+                                  _p_operand(p, BLOCK_N, HEADS, b_op), o_lo)
 
         async_copy.wait_group(0)  # no copy may still target shared memory when the program exits
         l_i = gl.sum(l_acc, axis=0)

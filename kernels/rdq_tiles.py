@@ -17,7 +17,8 @@ if _HAVE_GLUON:
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
 __all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales",
-           "load_scales", "code_offsets", "tile_page", "query_dims", "output_dims"]
+           "load_scales", "code_offsets", "tile_page", "query_dims", "output_dims", "load_code_words",
+           "load_scales_at"]
 
 if _HAVE_GLUON:
     @gluon.jit
@@ -196,6 +197,24 @@ if _HAVE_GLUON:
                     stride_kst, stride_vsb, stride_vst, True, scale_layout)
         kc, vc, next_slot = _landed_codes(k_ring, v_ring, slot, STAGES, k_layout, v_layout)
         return kc, vc, ks_ring.index(slot).load(scale_layout), vs_ring.index(slot).load(scale_layout), next_slot
+
+    @gluon.jit
+    def load_code_words(words_ptr, page, tile_start, offs, stride_b, stride_t, PAGE_SIZE: gl.constexpr):
+        """One ``[BLOCK_N, RB / 4]`` code tile as 32-bit words, loaded straight into registers
+        (pages of at least a tile; ``words_ptr`` a head's codes as int32, strides in words,
+        ``offs`` :func:`code_offsets` in words). Rows past the sequence's end lie in its last
+        (allocated) page and a tile past it reads block 0, so nothing is masked: INT4 codes are
+        finite, and those rows' scores are masked to -inf and their P is exactly 0."""
+        base = words_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t)
+        return gl.load(base + offs)
+
+    @gluon.jit
+    def load_scales_at(head_ptr, page, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
+                       BLOCK_N: gl.constexpr, layout: gl.constexpr):
+        """:func:`load_scales` with the tile's pool block already known (pages of at least a tile)."""
+        rows = gl.arange(0, BLOCK_N, layout=layout)
+        ptrs = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t) + rows * stride_t
+        return gl.load(ptrs, mask=rows < end - tile_start, other=0)
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,

@@ -21,6 +21,7 @@ splits, shuffled tables and NaN in every slot no sequence owns.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -29,7 +30,8 @@ import torch
 
 from kernels.int4_cache import dequantize_int4, quantize_int4
 from kernels.paged_cache import build_paged_cache, quantize_fp8
-from kernels.paged_decode_rdq import RDQ_CONFIGS, RdqConfig, rdq_available, rdq_paged_decode, rdq_shared_bytes
+from kernels.paged_decode_rdq import (RDQ_CONFIGS, RdqConfig, rdq_available, rdq_paged_decode, rdq_shared_bytes,
+                                     uses_register_prefetch)
 from kernels.rdq_swap import swapped_heads
 from kernels.paged_reference import paged_attention_reference
 from kernels.rdq_layouts import (
@@ -44,6 +46,7 @@ from kernels.rdq_layouts import (
     p_transpose_reshape,
     v_physical_byte,
     v_tile_layout_bases,
+    word_layout_bases,
 )
 from kernels.tolerances import tolerance
 from support.compiled import rows_from_child
@@ -95,8 +98,9 @@ def test_every_build_compiles_without_spills_and_fits(sm90_builds):
     for b in sm90_builds:
         assert b["spill_bytes"] == 0, f"register spills: {b}"
         assert 0 < b["registers"] <= 255, b
-        ring = rdq_shared_bytes(_cfg(b), b["head_dim"], b["fmt"])
-        # The ring, plus the query's one layout change (16 rows x RB fp16 per half, reused).
+        ring = rdq_shared_bytes(_cfg(b), b["head_dim"], b["fmt"], b["block_size"])
+        # The ring, plus the scratch of the query's and the output's one layout change each
+        # (reused): 16 rows x RB fp16 per half, [RB, 8 or 16] fp32.
         assert ring <= b["shared_bytes"] <= ring + 16 * b["head_dim"] * 2, b
         assert b["resident_per_sm"] >= 4, b
 
@@ -142,6 +146,9 @@ def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
     for b in sm90_builds:
         n, rb, stages = _cfg(b).block_n, _row_bytes(b), _cfg(b).num_stages
         assert b["byte_loads"] == 0, b
+        if uses_register_prefetch(_cfg(b), b["fmt"], b["block_size"]):
+            _assert_register_prefetch_loop(b, n, rb)
+            continue
         # K: each lane copies rb/4 contiguous bytes per token (16-byte copies, split in 16s);
         # V: rb/8 bytes per token. Per issue site (the prologue's stages - 1 plus the loop's).
         k_width, v_width = min(rb // 4, 16), min(rb // 8, 16)
@@ -161,6 +168,19 @@ def test_codes_move_in_wide_copies_and_operands_stay_in_registers(sm90_builds):
         assert b["shared_stores_in_loop"] == 0, b
         assert b["shfl_in_loop"] == (6 * _n_tiles(b) + 2 if _cfg(b).swap_ab else 8), b
         assert b["loop_sass"] > 0, b
+
+
+def _assert_register_prefetch_loop(b: dict, n: int, rb: int) -> None:
+    """A register-prefetch build: no copy or read-back through shared memory, no barrier, and per
+    tile the global loads counted by hand: K's rb/4 bytes a token per lane in 16-byte loads, V's
+    rb/8 in 8-byte ones (over 32 lanes), the n/8 scale words each lane holds per format, and one
+    block-table entry."""
+    assert b["cp_async"] == {}, b
+    ops = b["loop_sass_ops"]
+    assert not any(ops.get(op) for op in ("LDS", "LDGSTS", "STS", "BAR", "DEPBAR")), b
+    k_loads, v_loads = n * rb // 32 // min(rb // 4, 16), n * rb // 32 // min(rb // 8, 16)
+    assert ops["LDG"] == k_loads + v_loads + 2 * (n // 8) + 1, b
+    assert b["shared_stores_in_loop"] == 0 and b["shfl_in_loop"] == 6 * _n_tiles(b) + 2, b
 
 
 def test_the_swapped_rescale_is_the_only_skippable_block_counted_by_hand(sm90_builds):
@@ -187,8 +207,14 @@ def test_the_swapped_rescale_is_the_only_skippable_block_counted_by_hand(sm90_bu
 
 def test_shared_bytes_formula_by_hand():
     # 3 stages x 32 tokens x (64 B of K + 64 B of V) at d 128 INT4; FP8 rows are 128 B.
-    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "int4") == 12_288
-    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "fp8") == 24_576
+    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "int4", 16) == 12_288
+    assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "fp8", 16) == 24_576
+    # Register prefetch: no ring where it applies (INT4, swapped, pages of a tile or more).
+    prefetch = RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True)
+    assert rdq_shared_bytes(prefetch, 128, "int4", 16) == 0
+    assert rdq_shared_bytes(prefetch, 128, "int4", 1) == rdq_shared_bytes(dataclasses.replace(
+        prefetch, reg_prefetch=False), 128, "int4", 1) == 3 * 16 * (64 + 64)
+    assert rdq_shared_bytes(prefetch, 128, "fp8", 16) == 3 * 16 * (128 + 128)
 
 
 # ---------------------------------------------------------------------------- the PTX, run on the CPU
@@ -465,6 +491,34 @@ def test_movmatrix_then_the_relabelling_is_p_in_the_b_layout(block_n, heads):
     # The movmatrix model itself against a direct transpose of one 8 x 8 block.
     block = torch.arange(64).reshape(8, 8)
     assert torch.equal(_movmatrix(block.reshape(32, 2)).reshape(8, 8), block.t())
+
+
+@pytest.mark.parametrize("tile", ["k", "v"])
+@pytest.mark.parametrize(("block_n", "row_bytes"), [(16, 32), (16, 64), (32, 64), (64, 128)])
+def test_a_word_tile_gives_each_lane_the_bytes_it_holds_in_the_byte_tile(tile, block_n, row_bytes):
+    # Register prefetch loads words where the ring loaded bytes: every byte (token, c) must still
+    # reach the lane that owns it in the byte layout, as byte c % 4 of word (token, c // 4), and
+    # each lane's words must be whole 16-byte (K at d 128) or 8-byte (V) runs of one token row.
+    byte_bases = (k_tile_layout_bases if tile == "k" else v_tile_layout_bases)(block_n, row_bytes)
+    words = word_layout_bases(byte_bases)
+    assert words["shape"] == [block_n, row_bytes // 4]
+    for token in range(block_n):
+        for c in range(row_bytes):
+            assert _owner(words, (token, c // 4)) == _owner(byte_bases, (token, c)), (token, c)
+    run = len([b for b in words["reg_bases"] if b[0] == 0])  # registers walking one row's words
+    assert 4 * (1 << run) == (row_bytes // 4 if tile == "k" else row_bytes // 8)
+    with pytest.raises(ValueError, match="walk a word's bytes"):
+        word_layout_bases(dict(byte_bases, reg_bases=byte_bases["reg_bases"][1:]))
+
+
+@pytest.mark.parametrize("row_bytes", [32, 64, 128])
+def test_the_output_store_puts_rows_in_physical_order(row_bytes):
+    # The swapped store relabels O^T's rows (logical output column n) as [RB/8, 8] transposed, so
+    # that its rows are physical dims (n % 8) RB/8 + n // 8: that must be v_physical_byte.
+    n = torch.arange(row_bytes)
+    physical = n.reshape(row_bytes // 8, 8).t().reshape(row_bytes)  # the row each physical dim holds
+    for dim, logical in enumerate(physical.tolist()):
+        assert v_physical_byte(logical, row_bytes) == dim
 
 
 @pytest.mark.parametrize(("fmt", "row_bytes"), [("int4", 32), ("int4", 64), ("fp8", 64), ("fp8", 128)])
