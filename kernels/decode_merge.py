@@ -27,7 +27,7 @@ from kernels.decode_config import MAX_SPLITS, DecodeConfig  # noqa: E402
 from kernels.decode_launch import SplitPlan, interpreted, merge_counters  # noqa: E402
 from kernels.direct_launch import DirectLauncher  # noqa: E402
 
-__all__ = ["merge_splits", "merge_if_last", "pdl_merge", "merges_inline", "choose_merge_plan", "merge_constexprs", "inline_counters",
+__all__ = ["merge_splits", "merge_launch", "merge_if_last", "pdl_merge", "merges_inline", "choose_merge_plan", "merge_constexprs", "inline_counters",
            "INLINE_MERGE_MAX_SPLITS"]
 
 
@@ -92,15 +92,17 @@ def _merge_splits_kernel(
     SPLITS_PAD: tl.constexpr,  # num_splits rounded up to a power of two
     HEAD_DIM: tl.constexpr,
     WAIT_FOR_SPLITS: tl.constexpr = False,  # launched as a PDL dependent: wait for the split kernel
+    D_CHUNK: tl.constexpr = None,  # head dims per program (grid dim 2 walks the chunks); None: all
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
+    CHUNK: tl.constexpr = HEAD_DIM if D_CHUNK is None else D_CHUNK
     if WAIT_FOR_SPLITS:
         # Programmatic dependent launch: this grid may be resident before the split kernel has
         # finished; griddepcontrol.wait returns once its writes are complete and visible.
         tl.extra.cuda.gdc_wait()
     offs_s = tl.arange(0, SPLITS_PAD)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.program_id(2) * CHUNK + tl.arange(0, CHUNK)
     mask_s = offs_s < num_splits
     lse = tl.load(
         part_lse_ptr + seq.to(tl.int64) * stride_plb + head * stride_plh + offs_s,
@@ -199,8 +201,20 @@ def _has_pdl(device: torch.device) -> bool:
     return torch.cuda.get_device_capability(device)[0] >= 9
 
 
+def merge_launch(batch: int, n_q_heads: int, num_splits: int, head_dim: int) -> tuple[int, int]:
+    """``(head dims per program, warps)`` of the merge kernel for a call's partials. Small
+    programs: each (sequence, query head) is cut along the head dim so that more, lighter
+    programs share the few microseconds the merge has (one wave either way). On the H200
+    (benchmarks/NOTES-decode.md, round 22), INT4 batch 8 x 32K 64/8 at 33 splits: 32 dims and one
+    warp 2.5 us faster a call than the whole head on four warps; batch 32 x 16K at 8 splits: 64
+    dims on two warps 2.8 us faster."""
+    if num_splits >= 16:
+        return min(head_dim, 32), 1
+    return min(head_dim, 64), 2
+
+
 def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, *,
-                 pdl: bool = False) -> torch.Tensor:
+                 pdl: bool = False, d_chunk: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Merge split-KV partial outputs into ``out`` (the second kernel of a split call).
 
     ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 normalised partial outputs
@@ -210,13 +224,20 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
 
     ``pdl``: the split kernel was launched with ``EARLY_MERGE_LAUNCH``; this one then goes out
     as its programmatic dependent launch and waits on the device, not behind the stream.
+    ``d_chunk``: head dims per program (a power of two dividing ``head_dim``), with ``num_warps``
+    warps each; by default :func:`merge_launch`'s.
     """
     batch, n_q_heads, num_splits, head_dim = part_out.shape
-    _launch_merge_kernel((batch, n_q_heads), (
+    if d_chunk is None or num_warps is None:
+        chosen = merge_launch(batch, n_q_heads, num_splits, head_dim)
+        d_chunk, num_warps = d_chunk or chosen[0], num_warps or chosen[1]
+    chunks = head_dim // d_chunk
+    _launch_merge_kernel((batch, n_q_heads, chunks), (
         part_out, part_lse, out, num_splits,
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
-        out.stride(0), out.stride(1)), _merge_kwargs(triton.next_power_of_2(num_splits), head_dim, pdl))
+        out.stride(0), out.stride(1)), _merge_kwargs(triton.next_power_of_2(num_splits), head_dim, pdl, d_chunk,
+                                                     num_warps))
     return out
 
 
@@ -224,6 +245,10 @@ _launch_merge_kernel = DirectLauncher(_merge_splits_kernel)  # eager calls are h
 
 
 @lru_cache(maxsize=64)  # one dict per variant: DirectLauncher keys on its identity
-def _merge_kwargs(splits_pad: int, head_dim: int, pdl: bool) -> dict:
-    return dict(SPLITS_PAD=splits_pad, HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl, num_warps=4,
+def _merge_kwargs(splits_pad: int, head_dim: int, pdl: bool, d_chunk: int, num_warps: int) -> dict:
+    if d_chunk < 1 or d_chunk & (d_chunk - 1) or head_dim % d_chunk:
+        raise ValueError(f"d_chunk must be a power of two dividing head_dim {head_dim}, got {d_chunk}")
+    if num_warps not in (1, 2, 4, 8):
+        raise ValueError(f"num_warps must be 1, 2, 4 or 8, got {num_warps}")
+    return dict(SPLITS_PAD=splits_pad, HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl, num_warps=num_warps, D_CHUNK=d_chunk,
                 **({"launch_pdl": True} if pdl else {}))

@@ -219,26 +219,36 @@ if _HAVE_GLUON:
         return kw, vw, ksw, vsw
 
     @gluon.jit
-    def _int4_loop_registers(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo,
-                             qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt,
-                             stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, a_op: gl.constexpr,
-                             b_op: gl.constexpr, RB: gl.constexpr, HEADS: gl.constexpr, PAGE_SIZE: gl.constexpr,
-                             BLOCK_N: gl.constexpr, k_layout: gl.constexpr, v_layout: gl.constexpr,
+    def _int4_first_words(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, start, end,
+                          stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
+                          PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, token_layout: gl.constexpr):
+        """The register-prefetch loop's start, issued before the query is loaded so that the two
+        wait together: the first tile's code and scale words and the second tile's pool block."""
+        first = _int4_tile_words(k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
+                                 v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True), ks_head_ptr, vs_head_ptr,
+                                 tile_page(table_ptr, start, end, PAGE_SIZE), start, end, kw_offs, vw_offs,
+                                 stride_kb // 4, stride_kt // 4, stride_vb // 4, stride_vt // 4, stride_ksb, stride_kst,
+                                 stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
+        return first, tile_page(table_ptr, start + BLOCK_N, end, PAGE_SIZE)
+
+    @gluon.jit
+    def _int4_loop_registers(first, page_next, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs,
+                             vw_offs, qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles,
+                             stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb,
+                             stride_vst, a_op: gl.constexpr, b_op: gl.constexpr, RB: gl.constexpr,
+                             HEADS: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
                              token_layout: gl.constexpr):
         """The INT4 main loop with each next tile's codes and scales loaded into registers while
-        this one is computed (no shared memory: no copy or read-back instructions, no barrier).
-        The block-table entry is read a tile earlier still, so those loads need not wait for it."""
+        this one is computed (no shared memory: no copy or read-back instructions, no barrier);
+        ``first``, ``page_next``: :func:`_int4_first_words`. The block-table entry is read a tile
+        earlier still, so those loads need not wait for it."""
         k_words = k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
         v_words = v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
         skb = stride_kb // 4
         skt = stride_kt // 4
         svb = stride_vb // 4
         svt = stride_vt // 4
-        kw, vw, ksw, vsw = _int4_tile_words(k_words, v_words, ks_head_ptr, vs_head_ptr,
-                                            tile_page(table_ptr, start, end, PAGE_SIZE), start, end, kw_offs, vw_offs,
-                                            skb, skt, svb, svt, stride_ksb, stride_kst, stride_vsb, stride_vst,
-                                            PAGE_SIZE, BLOCK_N, token_layout)
-        page_next = tile_page(table_ptr, start + BLOCK_N, end, PAGE_SIZE)
+        kw, vw, ksw, vsw = first
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
             kw_n, vw_n, ksw_n, vsw_n = _int4_tile_words(
@@ -287,6 +297,11 @@ if _HAVE_GLUON:
         token_layout: gl.constexpr = gl.SliceLayout(1, mma)  # S^T's rows
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)  # S^T's and O^T's columns
 
+        if REG_PREFETCH:
+            first, page_next = _int4_first_words(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs,
+                                                 vw_offs, start, end, stride_kb, stride_kt, stride_vb, stride_vt,
+                                                 stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N,
+                                                 token_layout)
         # Q^T in the head-dim order of the K operand, softmax scale (and FP8's k_scale) folded
         # in; columns >= GROUP are zeros.
         dims = query_dims(gl.arange(0, RB, layout=gl.SliceLayout(1, q_layout)), INT4, RB)
@@ -311,10 +326,10 @@ if _HAVE_GLUON:
         slot = 0  # ring slot of tile j
         if REG_PREFETCH:
             m_i, l_acc, o_lo, o_hi = _int4_loop_registers(
-                k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo, qt_hi, m_i,
-                l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt, stride_vb, stride_vt,
-                stride_ksb, stride_kst, stride_vsb, stride_vst, a_op, b_op, RB, HEADS, PAGE_SIZE, BLOCK_N, k_layout,
-                v_layout, token_layout)
+                first, page_next, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs,
+                qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt,
+                stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, a_op, b_op, RB, HEADS,
+                PAGE_SIZE, BLOCK_N, token_layout)
         else:
             for j in range(n_tiles):
                 tile = start + j * BLOCK_N

@@ -19,7 +19,12 @@
   default split count, and the default config over split counts; cuDNN (contiguous) beside.
 * ``nomerge``: what the partials and their merge cost the INT4 rdq kernel at batch 8 (33 splits,
   the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
-  and with every split writing the output instead of a partial (a wrong result, timed only).
+  and with every split writing the output instead of a partial (a wrong result, timed only);
+  then with each merge-kernel launch of ``MERGE_VARIANTS`` (head dims per program, warps) after
+  it, and each of those alone on a call's partials.
+* ``b1merge``: batch 1 (32K and 128K, where a call's merge has the fewest programs), the bf16
+  and INT4 calls as called with each merge launch of ``B1_MERGE_VARIANTS`` forced, the policy's
+  own (``kernels.decode_merge.merge_launch``), and cuDNN beside.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -281,9 +286,53 @@ def b1_rows() -> list[dict]:
 NOMERGE_SHAPES = [(8, 32768, 64), (8, 32768, 32), (32, 16384, 64)]
 
 
+# ``nomerge``: merge-kernel launches (head dims per program or None for all, warps).
+MERGE_VARIANTS = ((128, 4), (64, 2), (32, 1), (32, 2), (16, 1))
+# ``b1merge``: bf16 and INT4 calls at batch 1 (many splits, few merge programs), as called with
+# each merge launch forced on every kernel's merge.
+B1_MERGE_SHAPES = [(1, 32768, 32), (1, 32768, 64), (1, 131072, 32)]
+B1_MERGE_VARIANTS = ((128, 4), (64, 2), (32, 1), (16, 1), (16, 2), (8, 1))
+
+
+def b1merge_rows() -> list[dict]:
+    import kernels.decode_merge as decode_merge
+    from kernels.bench.timing import graph_ms
+    from kernels.decode_backends import default_rdq_config
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_rdq import rdq_paged_decode
+    from scripts.tuning.device_rows import decode_shape_inputs
+
+    rows, policy = [], decode_merge.merge_launch
+    try:
+        for batch, ctx, hq in B1_MERGE_SHAPES:
+            label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
+            k, v, kw = quantized_pools("int4", x.k, x.v)
+            paths = {"bf16": lambda: paged_decode_attention(*next_inputs(x), x.lens, validate=False),
+                     "int4": lambda: rdq_paged_decode(*next_inputs(x, k, v), x.lens, validate=False,
+                                                      config=default_rdq_config("int4"), **kw),
+                     "cudnn": cudnn_call(x)}
+            line = []
+            for dc, nw in B1_MERGE_VARIANTS + ((None, None),):
+                decode_merge.merge_launch = policy if dc is None else (lambda *a, dc=dc, nw=nw: (dc, nw))
+                for name, fn in paths.items():
+                    if name == "cudnn" and dc is not None:
+                        continue
+                    us = graph_ms(fn, x.rot.n, 5.0, 30.0) * 1e3
+                    tag = "policy" if dc is None else f"{dc}/{nw}w"
+                    rows.append(dict(part="b1merge", shape=label, path=name, merge=tag, us=us))
+                    line.append(f"{name} {tag} {us:.1f}")
+            print(f"{label:<16} " + " | ".join(line), flush=True)
+            x = k = v = None
+            torch.cuda.empty_cache()
+    finally:
+        decode_merge.merge_launch = policy
+    return rows
+
+
 def nomerge_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
     from kernels.decode_backends import default_rdq_config
+    from kernels.decode_merge import merge_splits
     from kernels.paged_decode_rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
                                           rdq_paged_decode)
     from kernels.decode_launch import check_call_options
@@ -311,12 +360,41 @@ def nomerge_rows() -> list[dict]:
                 return out
             return call
 
+        def merged(d_chunk, warps):
+            def call():
+                q, kk, vv, t = next_inputs(x, k, v)
+                c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
+                args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+                _launch_rdq_kernel(plan.grid, args, constexprs)
+                merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"], d_chunk=d_chunk,
+                             num_warps=warps)
+                return out
+            return call
+
         line = []
-        for kind in ("as called", "partials, no merge", "outputs, no partials"):
-            us = graph_ms(variant(kind), x.rot.n, 5.0, 30.0) * 1e3
+        kinds = [(kind, variant(kind)) for kind in ("as called", "partials, no merge", "outputs, no partials")]
+        kinds += [(f"merge {dc} dims {nw}w", merged(dc, nw)) for dc, nw in MERGE_VARIANTS]
+        for kind, fn in kinds:
+            us = graph_ms(fn, x.rot.n, 5.0, 30.0) * 1e3
             rows.append(dict(part="nomerge", shape=label, variant=kind, us=us))
             line.append(f"{kind} {us:.1f} us")
         print(f"{label:<16} " + " | ".join(line), flush=True)
+        q, kk, vv, t = next_inputs(x, k, v)
+        c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
+        if plan.split:
+            args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+            _launch_rdq_kernel(plan.grid, args, constexprs)
+            ref = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=q.shape[2], num_warps=4)
+            line = []
+            for dc, nw in MERGE_VARIANTS:
+                mine = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=dc, num_warps=nw)
+                err = (mine.float() - ref.float()).abs().max().item()
+                us = graph_ms(lambda dc=dc, nw=nw: merge_splits(args[8], args[9], out, d_chunk=dc, num_warps=nw),
+                              1, 5.0, 30.0) * 1e3
+                rows.append(dict(part="nomerge", shape=label, variant=f"merge alone {dc} dims {nw}w",
+                                 us=us, splits=plan.num_splits, max_abs_diff=err))
+                line.append(f"{dc}/{nw}w {us:.1f} us (diff {err:.1e})")
+            print(f"{label:<16} merge alone, {plan.num_splits} splits: " + " | ".join(line), flush=True)
         x = k = v = None
         torch.cuda.empty_cache()
     return rows
@@ -454,13 +532,13 @@ def eager_rows() -> tuple[list[dict], str]:
 
 # The parts that return rows only (``eager`` also returns a profile), in the order they run.
 PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixed_rows, "dispatch": dispatch_rows,
-         "b1": b1_rows, "nomerge": nomerge_rows}
+         "b1": b1_rows, "nomerge": nomerge_rows, "b1merge": b1merge_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge")
+    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, b1merge")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
