@@ -80,7 +80,7 @@ def _targets(report: BenchReport, key: str) -> None:
     if not unmet.empty:
         lines = []
         for row in unmet.to_dict("records"):
-            measured = "not measured" if pd.isna(row["Measured"]) else f"{row['Measured']:,.3f}"
+            measured = "not measured" if row["Measured"] is None else row["Measured"]
             lines.append(f"- `{row['Target']}` ({measured}, needs {row['Required']}; {row['Worst shape']}): "
                          f"{row['What limits it'] or 'no figure in this run.'}")
         st.markdown("**What limits the unmet ones**\n\n" + "\n".join(lines))

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from kernels.bench.records import BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult
+from kernels.bench.records import BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult, measured_text
 from kernels.bench.target_notes import limit_of
 
 if TYPE_CHECKING:  # the interpreter check needs Triton; these tables must not (the page's no-Triton view)
@@ -128,7 +128,7 @@ def target_frame(report: BenchReport) -> pd.DataFrame:
     """Every target of the report: measured, required (≥ or ≤), met, the worst shape and, for an
     unmet target, what limits it."""
     rows = [{"Target": t.name,
-             "Measured": _num(t.measured),
+             "Measured": measured_text(t),
              "Required": f"{'≤' if t.at_most else '≥'} {t.required:g}",
              "Met": "yes" if t.met else "no",
              "Worst shape": t.detail,
@@ -137,7 +137,8 @@ def target_frame(report: BenchReport) -> pd.DataFrame:
 
 
 def target_formats() -> dict[str, str]:
-    return {"Measured": ",.3f"}
+    """The target frame's cells are text already (:func:`kernels.bench.records.measured_text`)."""
+    return {}
 
 
 def interpreter_frame(checks: tuple[InterpreterCheck, ...]) -> pd.DataFrame:

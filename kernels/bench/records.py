@@ -41,7 +41,7 @@ __all__ = [
     "STATUSES", "DECODE_CONTENDERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "MIXED_CONTENDERS", "TARGET_SPECS",
     "LARGE_DECODE_TOKENS", "eager_target_shape", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
-    "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "BenchReport",
+    "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "measured_text", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
     "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file",
 ]
@@ -247,6 +247,20 @@ class Target:
     met: bool
     detail: str = ""  # which shape was worst, or why nothing was measured
     at_most: bool = False  # met when measured <= required (costs); otherwise measured >= required
+
+
+def measured_text(target: Target, digits: int = 3) -> str | None:
+    """``target.measured`` with ``digits`` decimals, or with as many more (up to 6) as it takes for
+    the figure shown to read as what it is, met or not: 2.7996 against >= 2.8 shows as "2.7996",
+    not "2.800" beside "missed". None when nothing was measured."""
+    if target.measured is None:
+        return None
+    for places in range(digits, 7):
+        text = f"{target.measured:.{places}f}"
+        shown = float(text)
+        if (shown <= target.required if target.at_most else shown >= target.required) == target.met:
+            break
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)

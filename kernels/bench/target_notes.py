@@ -33,9 +33,10 @@ TARGET_LIMITS: dict[str, str] = {
         "At batch 1 only 8 KV heads exist, so the context is split 66 ways and merged by a second "
         "kernel, as cuDNN also does (32 splits and a reduction kernel). The kernel streams ~4 % slower "
         "than cuDNN and its fixed part is ~1.5 us longer; reading cuDNN's own contiguous pattern "
-        "recovers 1-2 % of it. A merge inside the split kernel (one program reads 66 partials in "
-        "series: 0.87x), other split counts, a PDL merge, tile/warp/stage configs up to 8 stages, TMA "
-        "copies and cache hints were tried: 0.77-0.94x of cuDNN.",
+        "recovers 1-2 % of it. The merge kernel cut along the head dim (32 dims a program) took ~1 us "
+        "off (0.93 to 0.95x); a merge inside the split kernel (one program reads 66 partials in "
+        "series: 0.87x), other split counts, tile/warp/stage configs up to 8 stages, TMA copies and "
+        "cache hints were tried: 0.77-0.95x of cuDNN.",
     "decode_fp8_vs_bf16":
         "On Hopper FP8 runs the register-dequant warp-MMA kernel (e4m3 converted in registers straight "
         "into 16x8 MMA operands, query heads as the MMA's N, query in fp16), split for one wave of 4 "
@@ -44,13 +45,14 @@ TARGET_LIMITS: dict[str, str] = {
         "V loads into the MMA layout keep it near 1.4x.",
     "decode_int4_vs_bf16":
         "On Hopper INT4 runs the register-dequant warp-MMA kernel (codes dequantised in registers into "
-        "16x8 MMA operands, scales through the copy ring); its 16 one-warp programs per SM stream near "
-        "bandwidth once running, at ~25 instructions per token, but at batch 8 x 32K the 33-split grid "
-        "costs ~24 us that do not shrink with the context (its first tiles, 2,112 partials and their "
-        "merge) of ~107, and the larger shapes reach 2.6-2.8x. Fewer instructions (an int8 q.k: +1 %; "
-        "K's offsets as a per-head bias, 7 % fewer: -1 %), the softmax's reductions taken off the chain "
-        "(+1 %) and two tiles in flight per warp (more registers, fewer warps: -18 %) did not pay. Elsewhere the Triton kernel (0.84x) runs, which "
-        "unpacks every value in registers and moves it between layouts.",
+        "16x8 MMA operands, each next tile's code and scale words loaded straight into registers, no "
+        "shared-memory ring); its 16 one-warp programs per SM reach 2.8-3.2x the bf16 kernel at the "
+        "larger shapes, but at batch 8 x 32K the 33-split grid keeps ~14 us that do not shrink with the "
+        "context (the programs' start, 2,112 partials and their merge) of ~92, and the ratio sits at "
+        "2.78-2.84x from run to run. Fewer instructions did not pay (K's offsets as a per-head bias, "
+        "7 % fewer: -1 %; an int8 q.k: +1 %; the loop unrolled by two: spills, or 14 programs per SM), "
+        "nor did more registers per warp. Elsewhere the Triton kernel (0.84x) runs, which unpacks every "
+        "value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "
         "eager calls merge inside the split kernel (one launch) and launch the compiled kernel "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernels.bench.records import BenchReport, Measurement
+from kernels.bench.records import BenchReport, Measurement, measured_text
 
 __all__ = ["format_report"]
 
@@ -69,5 +69,5 @@ def format_report(report: BenchReport) -> str:
     for t in report.targets:
         mark = "MET " if t.met else "miss"
         need = "<=" if t.at_most else ">="
-        lines.append(f"  [{mark}] {t.name:<28} {_fmt(t.measured, '7.3f')} (need {need} {t.required})  {t.detail}")
+        lines.append(f"  [{mark}] {t.name:<28} {measured_text(t) or '-':>7} (need {need} {t.required})  {t.detail}")
     return "\n".join(lines)
