@@ -137,17 +137,18 @@ def check_call_options(sm_scale, num_splits, head_dim: int) -> float:
     return float(sm_scale)
 
 
-def split_buffers(plan: SplitPlan, q: torch.Tensor, out: torch.Tensor) -> tuple:
+def split_buffers(plan: SplitPlan, q: torch.Tensor, out: torch.Tensor, dtype: torch.dtype = torch.float32) -> tuple:
     """``(part_out, part_lse, their five strides)`` for a split call; for an unsplit one, ``out``
     twice and zero strides (the kernel's SPLIT branch never touches them).
 
-    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32, ``part_lse`` ``[batch,
-    n_q_heads, num_splits]`` fp32.
+    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` of ``dtype`` (fp32; bf16 where a
+    kernel's own error is far larger than its rounding), ``part_lse`` ``[batch, n_q_heads,
+    num_splits]`` fp32.
     """
     if not plan.split:
         return out, out, (0, 0, 0, 0, 0)
     batch, n_q_heads, head_dim = q.shape
-    part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=torch.float32, device=q.device)
+    part_out = torch.empty(batch, n_q_heads, plan.num_splits, head_dim, dtype=dtype, device=q.device)
     part_lse = torch.empty(batch, n_q_heads, plan.num_splits, dtype=torch.float32, device=q.device)
     return part_out, part_lse, (part_out.stride(0), part_out.stride(1), part_out.stride(2),
                                 part_lse.stride(0), part_lse.stride(1))

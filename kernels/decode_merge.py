@@ -27,8 +27,8 @@ from kernels.decode_config import MAX_SPLITS, DecodeConfig  # noqa: E402
 from kernels.decode_launch import SplitPlan, interpreted, merge_counters  # noqa: E402
 from kernels.direct_launch import DirectLauncher  # noqa: E402
 
-__all__ = ["merge_splits", "merge_launch", "merge_if_last", "pdl_merge", "merges_inline", "choose_merge_plan", "merge_constexprs", "inline_counters",
-           "INLINE_MERGE_MAX_SPLITS"]
+__all__ = ["merge_splits", "merge_launch", "merge_if_last", "pdl_merge", "merges_inline",
+           "choose_merge_plan", "merge_constexprs", "inline_counters", "INLINE_MERGE_MAX_SPLITS"]
 
 
 @triton.jit
@@ -82,7 +82,7 @@ def merge_if_last(
 
 @triton.jit
 def _merge_splits_kernel(
-    part_out_ptr,  # [batch, n_q_heads, num_splits, HEAD_DIM] fp32 normalised partial outputs
+    part_out_ptr,  # [batch, n_q_heads, num_splits, HEAD_DIM] fp32 (or bf16) normalised partial outputs
     part_lse_ptr,  # [batch, n_q_heads, num_splits] fp32 base-2 log-sum-exp (-inf: empty split)
     out_ptr,  # [batch, n_q_heads, HEAD_DIM]
     num_splits,
@@ -114,7 +114,7 @@ def _merge_splits_kernel(
         part_out_ptr + seq.to(tl.int64) * stride_pob + head * stride_poh
         + offs_s[:, None] * stride_pos + offs_d[None, :]
     )
-    parts = tl.load(po_ptrs, mask=mask_s[:, None], other=0.0)
+    parts = tl.load(po_ptrs, mask=mask_s[:, None], other=0.0).to(tl.float32)
     out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
     o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + head * stride_oh + offs_d
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
@@ -217,7 +217,7 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
                  pdl: bool = False, d_chunk: int | None = None, num_warps: int | None = None) -> torch.Tensor:
     """Merge split-KV partial outputs into ``out`` (the second kernel of a split call).
 
-    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 normalised partial outputs
+    ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 (or bf16) normalised partial outputs
     (last dim contiguous), ``part_lse`` ``[batch, n_q_heads, num_splits]`` fp32 base-2
     log-sum-exps (last dim contiguous; ``-inf`` for an empty split, split 0 never empty), ``out``
     ``[batch, n_q_heads, head_dim]``. Public so the merge can be timed on its own.

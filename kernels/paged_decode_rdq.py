@@ -91,7 +91,8 @@ if _HAVE_GLUON:
                                    query_dims, scale_halves, token_pairs, v_logical)
 
 __all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
-           "rdq_plan", "rdq_shared_bytes", "uses_register_prefetch", "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
+           "rdq_plan", "rdq_shared_bytes", "uses_register_prefetch",
+           "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
 
 _MMA_ROWS = 16  # rows of mma.m16n8k16: the query heads, zero-padded
 
@@ -312,7 +313,7 @@ if _HAVE_GLUON:
         if SPLIT:
             po = (part_out_ptr + seq.to(gl.int64) * stride_pob + gl.expand_dims(heads * stride_poh, 1)
                   + split * stride_pos + gl.expand_dims(cols, 0))
-            gl.store(po, out, mask=row_ok)
+            gl.store(po, out.to(part_out_ptr.dtype.element_ty), mask=row_ok)
             lse = gl.where(has_tokens, m_i + gl.log2(gl.where(has_tokens, l_i, 1.0)), float("-inf"))
             pl = part_lse_ptr + seq.to(gl.int64) * stride_plb + heads * stride_plh + split
             gl.store(pl, lse, mask=rows < GROUP)
@@ -414,8 +415,15 @@ def _pool_args(fmt: str, k, v, k_scale, v_scale, n_kv_heads: int, device) -> tup
             fp8_scales("v_scale", v_scale, FP8_DTYPE, n_kv_heads, device))
 
 
-def _kernel_args(q, kc, vc, ks, vs, block_tables, seq_lens, out, plan: SplitPlan, qk_scale: float) -> tuple:
-    part_out, part_lse, part_strides = split_buffers(plan, q, out)
+def partial_dtype(cfg: RdqConfig, fmt: str) -> torch.dtype:
+    """The split partials' dtype: bf16 for INT4 with ``cfg.bf16_partials`` (its rounding, 2^-9 of
+    a partial output, is a hundredth of INT4's own error), fp32 otherwise."""
+    return torch.bfloat16 if cfg.bf16_partials and fmt == "int4" else torch.float32
+
+
+def _kernel_args(q, kc, vc, ks, vs, block_tables, seq_lens, out, plan: SplitPlan, qk_scale: float,
+                 partial_dtype: torch.dtype = torch.float32) -> tuple:
+    part_out, part_lse, part_strides = split_buffers(plan, q, out, partial_dtype)
     scale_strides = ((ks.stride(0), ks.stride(1), ks.stride(2), vs.stride(0), vs.stride(1), vs.stride(2))
                      if ks.dim() == 3 else (0, 1, 0, 0, 1, 0))
     return (q, kc, vc, ks, vs, block_tables, seq_lens, out, part_out, part_lse, qk_scale, plan.num_splits,
@@ -480,7 +488,7 @@ def rdq_paged_decode(
     cfg, fmt, plan, out, pools, constexprs = _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale,
                                                       num_splits, config, validate)
     args = _kernel_args(q, *pools, block_tables, seq_lens, out, plan,
-                        check_call_options(sm_scale, num_splits, q.shape[2]) * LOG2_E)
+                        check_call_options(sm_scale, num_splits, q.shape[2]) * LOG2_E, partial_dtype(cfg, fmt))
     _launch_rdq_kernel(plan.grid, args, constexprs)
     if plan.split:
         merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
@@ -523,7 +531,8 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
     plan, resident = planned_split(
         (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(
-            *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0), grid=trial.grid,
+            *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0, partial_dtype(cfg, fmt)),
+            grid=trial.grid,
             **_launch_kwargs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device))),
         single_wave=True, single_wave_per_sm=cfg.per_sm)
     if plan_only:

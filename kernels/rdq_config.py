@@ -26,7 +26,8 @@ class RdqConfig:
     copied through the ring with their codes instead of loaded in the loop, ``reg_prefetch``
     (INT4, swapped, pages of at least a tile; the ring otherwise) no ring at all: each next
     tile's code and scale words loaded into registers while this one is computed
-    (``num_stages`` then unused). One warp per program."""
+    (``num_stages`` then unused), ``bf16_partials`` (INT4) the split partials stored in bf16
+    instead of fp32. One warp per program."""
 
     block_n: int = 32
     num_stages: int = 3
@@ -36,6 +37,7 @@ class RdqConfig:
     pdl: bool = True
     ring_scales: bool = False
     reg_prefetch: bool = False
+    bf16_partials: bool = False
 
     def __post_init__(self) -> None:
         if self.block_n not in (16, 32, 64):
@@ -47,7 +49,7 @@ class RdqConfig:
             raise ValueError(f"per_sm must be None or an int in 1..64, got {self.per_sm!r}")
         if self.maxnreg is not None and not (isinstance(self.maxnreg, int) and 32 <= self.maxnreg <= 255):
             raise ValueError(f"maxnreg must be an int in 32..255 or None, got {self.maxnreg!r}")
-        for flag in ("swap_ab", "pdl", "ring_scales", "reg_prefetch"):
+        for flag in ("swap_ab", "pdl", "ring_scales", "reg_prefetch", "bf16_partials"):
             if not isinstance(getattr(self, flag), bool):
                 raise ValueError(f"{flag} must be a bool, got {getattr(self, flag)!r}")
 
@@ -60,7 +62,8 @@ class RdqConfig:
         return (f"rdq{' swap' if self.swap_ab else ''} {self.block_n}x{self.num_stages}st"
                 + (f" {self.per_sm}/SM" if self.per_sm else "")
                 + (f" r{self.maxnreg}" if self.maxnreg else "") + ("" if self.pdl else " nopdl")
-                + (" ring-scales" if self.ring_scales else "") + (" reg-prefetch" if self.reg_prefetch else ""))
+                + (" ring-scales" if self.ring_scales else "") + (" reg-prefetch" if self.reg_prefetch else "")
+                + (" bf16-partials" if self.bf16_partials else ""))
 
 
 # Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
@@ -83,7 +86,8 @@ class RdqConfig:
 # Register prefetch (round 22): at a 128-register cap (16 programs per SM) 2.51, then 2.58 with the
 # block-table entry read a tile earlier, 2.68 with vector output stores (the ring 2.44-2.45 in the
 # same calls); uncapped (132 registers, 15 per SM) 1.62: ptxas sinks the next tile's loads to the
-# end of the loop body. Unrolled by two at the cap it spills (48 bytes): not a candidate.
+# end of the loop body. Unrolled by two at the cap it spills (48 bytes): not a candidate. bf16
+# partials (the last entry): prepared, not yet timed.
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),
@@ -99,6 +103,7 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=16, num_stages=3, swap_ab=True, ring_scales=True),
     RdqConfig(block_n=16, num_stages=4, swap_ab=True, ring_scales=True),
     RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True, maxnreg=128),
+    RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True, maxnreg=128, bf16_partials=True),
 )
 
 

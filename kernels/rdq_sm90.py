@@ -43,7 +43,8 @@ def compile_rdq_for_sm90(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 1
     scale_type = "*i32" if fmt == "int4" else "*fp32"
     types = {"q_ptr": f"*{elem}", "k_codes_ptr": "*u8", "v_codes_ptr": "*u8", "k_scales_ptr": scale_type,
              "v_scales_ptr": scale_type, "block_tables_ptr": "*i32", "seq_lens_ptr": "*i32", "out_ptr": f"*{elem}",
-             "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_splits": "i32",
+             "part_out_ptr": "*bf16" if cfg.bf16_partials and fmt == "int4" else "*fp32",
+             "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_splits": "i32",
              **{name: "i32" for name in _STRIDES}}
     # Split builds launch the merge as a PDL dependent where the config asks, as on the H200.
     constexprs = _constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split,
@@ -79,6 +80,7 @@ class RdqSm90Build:
     mma_other: int  # any other mma (none expected)
     cp_async: dict  # copy width (bytes) -> cp.async count
     shared_loads: dict  # load width (bytes) -> ld.shared count
+    global_stores: dict  # store width (bytes) -> st.global count (the output or partial and its lse)
     shared_stores: int  # st.shared of any width
     shared_stores_in_loop: int  # st.shared inside the main loop (none expected: operands stay in registers)
     byte_loads: int  # ld.global/ld.shared of single bytes (none expected)
@@ -173,6 +175,7 @@ def rdq_sm90_build(cfg: RdqConfig, *, fmt: str = "int4", head_dim: int = 128, bl
                 r"cp\.async\.c[ga]\.shared\.global(?:\.L2::\d+B)?\s*\[[^\]]+\],\s*\[[^\]]+\],\s*(0x[0-9a-fA-F]+|\d+)",
                 ptx)))},
         shared_loads=_widths(re.findall(r"ld\.shared((?:\.v\d)?)\.(?:[bsuf])(\d+)\b", ptx)),
+        global_stores=_widths(re.findall(r"st\.global(?:\.L1::\w+)?((?:\.v\d)?)\.(?:[bsuf])(\d+)\b", ptx)),
         shared_stores=len(re.findall(r"\bst\.shared", ptx)), shared_stores_in_loop=len(re.findall(r"\bst\.shared", loop)),
         byte_loads=len(re.findall(r"ld\.(?:global|shared)(?:\.\w+)*\.[bsu]8\b", ptx)),
         shfl=len(re.findall(r"\bshfl\.sync", ptx)), shfl_in_loop=len(re.findall(r"\bshfl\.sync", loop)),

@@ -199,7 +199,7 @@ if _HAVE_GLUON:
         if SPLIT:
             po = (part_out_ptr + seq.to(gl.int64) * stride_pob + gl.expand_dims(heads * stride_poh, 0)
                   + split * stride_pos + dims)
-            gl.store(po, out, mask=col_ok)
+            gl.store(po, out.to(part_out_ptr.dtype.element_ty), mask=col_ok)
             lse = gl.where(has_tokens, m_i + gl.log2(gl.where(has_tokens, l_i, 1.0)), float("-inf"))
             gl.store(part_lse_ptr + seq.to(gl.int64) * stride_plb + heads * stride_plh + split, lse, mask=cols < GROUP)
         else:

@@ -364,7 +364,8 @@ def nomerge_rows() -> list[dict]:
             def call():
                 q, kk, vv, t = next_inputs(x, k, v)
                 c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
-                args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+                args = _kernel_args(q, *pools, t, x.lens, out, plan,
+                                    check_call_options(None, None, q.shape[2]) * LOG2_E)
                 _launch_rdq_kernel(plan.grid, args, constexprs)
                 merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"], d_chunk=d_chunk,
                              num_warps=warps)
@@ -538,7 +539,8 @@ PARTS = {"host": host_rows, "gqa": gqa_rows, "splits": split_rows, "fixed": fixe
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="host,eager,splits", help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, b1merge")
+    p.add_argument("--parts", default="host,eager,splits",
+                   help="comma-separated: host, eager, gqa, splits, fixed, dispatch, b1, nomerge, b1merge")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")

@@ -66,3 +66,21 @@ def test_refuses_a_cut_it_cannot_launch(d_chunk, num_warps, message):
     parts, lse = _partials(1, 1, 4, 128)
     with pytest.raises(ValueError, match=message):
         merge_splits(parts, lse, torch.empty(1, 1, 128), d_chunk=d_chunk, num_warps=num_warps)
+
+
+def test_bf16_partials_merge_as_their_float32_values():
+    # The INT4 kernel may keep its partials in bf16: the merge must weigh the values as stored.
+    parts, lse = _partials(2, 4, 33, 128, seed=7)
+    stored = parts.to(torch.bfloat16)
+    out = merge_splits(stored, lse, torch.empty(2, 4, 128))
+    torch.testing.assert_close(out.double(), _by_hand(stored.float(), lse), rtol=1e-5, atol=1e-6)
+
+
+def test_only_int4_asks_for_bf16_partials():
+    from kernels.paged_decode_rdq import partial_dtype
+    from kernels.rdq_config import RdqConfig
+
+    asked = RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True, bf16_partials=True)
+    assert partial_dtype(asked, "int4") == torch.bfloat16
+    assert partial_dtype(asked, "fp8") == torch.float32  # measured with bf16 partials for INT4 only
+    assert partial_dtype(RdqConfig(), "int4") == torch.float32

@@ -205,6 +205,22 @@ def test_the_swapped_rescale_is_the_only_skippable_block_counted_by_hand(sm90_bu
         assert b["loop_sass_ops"]["FMUL"] >= fmuls, b
 
 
+def test_the_swapped_design_stores_its_partials_in_vectors(sm90_builds):
+    # Swapped: O^T's rows relabelled into physical head-dim order, then each lane holds 4
+    # consecutive dims of one head: an [RB, 8 c] fp32 partial per half is RB x 8 c / 128 16-byte
+    # vectors (bf16 partials: 8-byte ones), plus one 4-byte lse per head pair a lane owns. At d 128,
+    # GQA <= 8, INT4: 2 halves x 64 x 8 / 128 = 8 vectors.
+    for b in sm90_builds:
+        cfg = _cfg(b)
+        if not (cfg.swap_ab and b["split"]):
+            continue
+        halves = 2 if b["fmt"] == "int4" else 1
+        width = 8 if cfg.bf16_partials and b["fmt"] == "int4" else 16
+        stores = {int(w): c for w, c in b["global_stores"].items()}
+        assert stores.get(width) == halves * _row_bytes(b) * 8 * _n_tiles(b) // 128, b
+        assert set(stores) <= {width, 4}, b  # nothing scattered but the lse
+
+
 def test_shared_bytes_formula_by_hand():
     # 3 stages x 32 tokens x (64 B of K + 64 B of V) at d 128 INT4; FP8 rows are 128 B.
     assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "int4", 16) == 12_288
