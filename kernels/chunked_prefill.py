@@ -63,11 +63,11 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.online_softmax import LOG2_E  # noqa: E402
+
 __all__ = ["VarlenConfig", "BatchPlan", "default_varlen_config", "plan_batch", "chunked_prefill_attention",
            "SUPPORTED_HEAD_DIMS", "MAX_GROUP"]
 
-LOG2_E = 1.4426950408889634  # exp(x) = exp2(x * log2 e): folded into the logit scale
-LN_2 = 0.6931471805599453  # base-2 log-sum-exp -> natural log
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
 MAX_BLOCK_SIZE = 256
 MAX_GROUP = 64  # query heads per KV head: a prefill tile must hold at least one token's group

@@ -68,7 +68,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from kernels.flash_forward_gluon import GLUON_HEAD_DIMS, gluon_attention_forward, gluon_available  # noqa: E402
-from kernels.prefill_checks import LOG2E, check_scale, check_tensors  # noqa: E402
+from kernels.online_softmax import LOG2_E  # noqa: E402
+from kernels.prefill_checks import check_scale, check_tensors  # noqa: E402
 
 try:  # host-side tensor descriptors (TMA): triton >= 3.3; the pointer path works without them
     from triton.tools.tensor_descriptor import TensorDescriptor as _TensorDescriptor
@@ -423,7 +424,7 @@ def flash_attention_forward(
     grid = (triton.cdiv(n, cfg.block_m), b * hq)
     _attn_fwd_kernel[grid](
         q_arg, k_arg, v_arg, out, lse,
-        scale * LOG2E,
+        scale * LOG2_E,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),

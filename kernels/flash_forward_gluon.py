@@ -48,7 +48,8 @@ import os
 
 import torch
 
-from kernels.prefill_checks import LOG2E, check_scale, check_tensors
+from kernels.online_softmax import LOG2_E
+from kernels.prefill_checks import check_scale, check_tensors
 from kernels.runtime import ensure_triton_backend, interpreter_active
 
 ensure_triton_backend()  # before triton is imported: the interpreter is chosen at decoration
@@ -513,7 +514,7 @@ def gluon_attention_forward(
     v_desc = TensorDescriptor.from_tensor(v.view(b * hkv, n, d), kv_block, kv_layout)
     grid = (triton.cdiv(n, cfg.block_m), b * hq)
     _attn_fwd_gluon[grid](
-        q_desc, k_desc, v_desc, o_desc, lse, scale * LOG2E, n, hq,
+        q_desc, k_desc, v_desc, o_desc, lse, scale * LOG2_E, n, hq,
         **_kernel_args(cfg, head_dim=d, group=hq // hkv, causal=causal),
         num_warps=cfg.num_warps,
     )

@@ -38,8 +38,12 @@ import numpy as np
 
 from units import cdiv
 
-__all__ = ["TileStep", "Traffic", "OnlineSoftmaxRun", "random_head", "naive_attention_np",
+__all__ = ["LOG2_E", "TileStep", "Traffic", "OnlineSoftmaxRun", "random_head", "naive_attention_np",
            "tile_traffic", "online_softmax_attention"]
+
+# log2(e): e^x = 2^(x log2 e). The Triton and Gluon kernels fold it into the logit scale so that
+# each exponential is one exp2 (one MUFU instruction), their running maxima and lse in base 2.
+LOG2_E = 1.4426950408889634
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -90,6 +90,7 @@ from kernels.decode_backends import choose_backend, default_rdq_config, rdq_pref
 from kernels.decode_checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode_config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.direct_launch import DirectLauncher  # noqa: E402
+from kernels.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode_launch import (  # noqa: E402
     SplitPlan,
     capturing,
@@ -120,7 +121,6 @@ __all__ = [
     "KV_DTYPES",
 ]
 
-LOG2_E = 1.4426950408889634  # log2(e): exp(x) = exp2(x * log2(e)), folded into the scale
 MIN_GROUP_PAD = 16  # tl.dot needs M >= 16; padded query rows are masked on load and store
 
 

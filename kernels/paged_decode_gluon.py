@@ -51,7 +51,7 @@ from kernels.decode_launch import (
     split_buffers,
 )
 from kernels.decode_merge import merge_splits, pdl_merge
-from kernels.paged_decode import LOG2_E
+from kernels.online_softmax import LOG2_E
 from kernels.runtime import ensure_triton_backend, interpreter_active
 
 ensure_triton_backend()  # before triton is imported: the interpreter is chosen at decoration

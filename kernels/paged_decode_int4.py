@@ -49,7 +49,8 @@ from kernels.decode_merge import (  # noqa: E402
     inline_counters,
     merge_splits,
 )
-from kernels.paged_decode import LOG2_E, _split_range, _write_output, split_kernel_constexprs  # noqa: E402
+from kernels.online_softmax import LOG2_E  # noqa: E402
+from kernels.paged_decode import _split_range, _write_output, split_kernel_constexprs  # noqa: E402
 from kernels.decode_backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.paged_decode_rdq import rdq_paged_decode  # noqa: E402
 

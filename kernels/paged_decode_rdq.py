@@ -72,7 +72,7 @@ from kernels.decode_launch import (SplitPlan, check_call_options, checked_once, 
 from kernels.int4_cache import Int4Pool, scale_words
 from kernels.decode_merge import merge_splits, pdl_merge
 from kernels.direct_launch import DirectLauncher
-from kernels.paged_decode import LOG2_E
+from kernels.online_softmax import LOG2_E
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
 from kernels.decode_checks import check_int4_inputs
 from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,

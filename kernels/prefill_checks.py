@@ -12,12 +12,7 @@ import torch
 
 from kernels.runtime import interpreter_active
 
-__all__ = ["LOG2E", "LN2", "SUPPORTED_DTYPES", "SUPPORTED_HEAD_DIMS", "check_tensors", "check_scale"]
-
-# log2(e): scores are scaled by sm_scale * LOG2E so the kernel can use exp2 (one MUFU op).
-LOG2E = 1.4426950408889634
-# ln(2): converts the kernel's base-2 log-sum-exp back to natural log.
-LN2 = 0.6931471805599453
+__all__ = ["SUPPORTED_DTYPES", "SUPPORTED_HEAD_DIMS", "check_tensors", "check_scale"]
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 SUPPORTED_HEAD_DIMS = (64, 128, 256)  # 256: Gemma-2/3

@@ -336,7 +336,7 @@ def nomerge_rows() -> list[dict]:
     from kernels.paged_decode_rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
                                           rdq_paged_decode)
     from kernels.decode_launch import check_call_options
-    from kernels.paged_decode import LOG2_E
+    from kernels.online_softmax import LOG2_E
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
