@@ -77,8 +77,8 @@ from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluo
 from kernels.decode_checks import check_int4_inputs
 from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,
                                  word_layout_bases)
-from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, rdq_shared_bytes,
-                                uses_register_prefetch)
+from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, code_words_aligned,
+                                rdq_shared_bytes, uses_register_prefetch)
 from kernels.rdq_swap import attend_swapped, swapped_heads
 
 if _HAVE_GLUON:
@@ -346,19 +346,21 @@ def word_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
 
 @functools.lru_cache(maxsize=256)  # one dict per variant: DirectLauncher keys on its identity
 def _launch_kwargs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
-                   early_merge: bool) -> dict:
+                   early_merge: bool, words_aligned: bool = True) -> dict:
     """Compile-time values and launch options of one call variant."""
     return {**_constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split,
+                          words_aligned=words_aligned,
                           early_merge=early_merge), **_options(cfg)}
 
 
 def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
-                early_merge: bool = False) -> dict:
-    """Compile-time values of one call: ``early_merge`` from :func:`kernels.paged_decode.pdl_merge`."""
+                early_merge: bool = False, words_aligned: bool = True) -> dict:
+    """Compile-time values of one call: ``early_merge`` from :func:`kernels.paged_decode.pdl_merge`,
+    ``words_aligned`` from :func:`kernels.rdq_config.code_words_aligned`."""
     k_layout, v_layout = tile_layouts(cfg.block_n, head_dim, fmt)
     if cfg.swap_ab:
         swapped_heads(group)
-    reg_prefetch = uses_register_prefetch(cfg, fmt, block_size)
+    reg_prefetch = uses_register_prefetch(cfg, fmt, block_size, words_aligned)
     kw_layout, vw_layout = word_layouts(cfg.block_n, head_dim, fmt) if reg_prefetch else (None, None)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
                 STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab,
@@ -527,7 +529,8 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
         check_values(block_tables, seq_lens, num_blocks, block_size)
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
     out = torch.empty_like(q)
-    shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
+    shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size,
+                 words_aligned=fmt != "int4" or code_words_aligned(pools[0], pools[1]))
     plan, resident = planned_split(
         (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(

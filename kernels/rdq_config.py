@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "rdq_shared_bytes"]
+__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "code_words_aligned",
+           "rdq_shared_bytes"]
 
 RDQ_FORMATS = ("int4", "fp8")
 MAX_RDQ_GROUP = 16  # query heads per KV head: the MMA's 16 rows
@@ -107,17 +108,26 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
 )
 
 
-def uses_register_prefetch(cfg: RdqConfig, fmt: str, block_size: int) -> bool:
-    """Whether a call runs ``cfg``'s register prefetch: asked for, INT4, the swapped design, and
-    pages of at least a tile (a tile's words then come from one page); the ring otherwise."""
-    return cfg.reg_prefetch and cfg.swap_ab and fmt == "int4" and block_size >= cfg.block_n
+def uses_register_prefetch(cfg: RdqConfig, fmt: str, block_size: int, words_aligned: bool = True) -> bool:
+    """Whether a call runs ``cfg``'s register prefetch: asked for, INT4, the swapped design, pages
+    of at least a tile (a tile's words then come from one page) and code pools whose words are
+    16-byte aligned (``words_aligned``: :func:`code_words_aligned`); the ring otherwise, whose
+    copies take any alignment."""
+    return cfg.reg_prefetch and cfg.swap_ab and fmt == "int4" and block_size >= cfg.block_n and words_aligned
 
 
-def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str, block_size: int) -> int:
+def code_words_aligned(*pools) -> bool:
+    """Whether INT4 code pools (uint8 ``[blocks, heads, page, RB]``) can be read as 16-byte runs of
+    32-bit words: base address and the three outer strides (bytes) multiples of 16. A view that
+    is not (an offset slice, odd strides) would make word loads misaligned."""
+    return all(p.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in p.stride()[:3]) for p in pools)
+
+
+def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str, block_size: int, words_aligned: bool = True) -> int:
     """Shared memory of the code ring (bytes): a K and a V tile of ``block_n`` code rows per stage
     (and with ``ring_scales``, INT4 swapped, their 4-byte scale words); none where the call
     prefetches into registers (:func:`uses_register_prefetch`)."""
-    if uses_register_prefetch(cfg, fmt, block_size):
+    if uses_register_prefetch(cfg, fmt, block_size, words_aligned):
         return 0
     scales = 2 * 4 if cfg.ring_scales and cfg.swap_ab and fmt == "int4" else 0
     return 2 * cfg.num_stages * cfg.block_n * (head_dim // 2 if fmt == "int4" else head_dim) \

@@ -60,6 +60,7 @@ if _HAVE_GLUON:
     _FP8_K_ASM = gl.constexpr(FP8_K_PTX)
     _FP8_V_ASM = gl.constexpr(FP8_V_PTX)
     _MOVMATRIX_ASM = gl.constexpr(MOVMATRIX_PTX)
+
     @gluon.jit
     def _halves(r):
         """A tensor of 32-bit words holding two fp16 each -> their low and high halves as fp16."""

@@ -221,6 +221,20 @@ def test_the_swapped_design_stores_its_partials_in_vectors(sm90_builds):
         assert set(stores) <= {width, 4}, b  # nothing scattered but the lse
 
 
+def test_register_prefetch_only_reads_pools_whose_words_are_aligned():
+    from kernels.rdq_config import code_words_aligned
+
+    pool = torch.zeros(8, 2, 16, 64, dtype=torch.uint8)  # [blocks, heads, page, RB]: strides 2048, 1024, 64
+    assert code_words_aligned(pool, pool[2:])  # a whole-block slice keeps every address 16-aligned
+    wide = torch.zeros(8, 2, 16, 65, dtype=torch.uint8)[..., 1:]  # offset by a byte, token stride 65
+    assert wide.stride(-1) == 1 and not code_words_aligned(wide)
+    assert not code_words_aligned(pool, torch.zeros(8, 2, 16, 72, dtype=torch.uint8)[..., :64])  # stride 72
+    prefetch = RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True)
+    assert uses_register_prefetch(prefetch, "int4", 16)
+    assert not uses_register_prefetch(prefetch, "int4", 16, words_aligned=False)  # the ring reads those
+    assert rdq_shared_bytes(prefetch, 128, "int4", 16, words_aligned=False) == 3 * 16 * (64 + 64)
+
+
 def test_shared_bytes_formula_by_hand():
     # 3 stages x 32 tokens x (64 B of K + 64 B of V) at d 128 INT4; FP8 rows are 128 B.
     assert rdq_shared_bytes(RdqConfig(block_n=32, num_stages=3), 128, "int4", 16) == 12_288
@@ -674,3 +688,31 @@ def test_every_config_and_split_count(fmt, config, splits):
 def test_query_dtypes_and_head_dims(fmt, q_dtype, d, swap):
     q, c = _case([3, 333, 4099], fmt=fmt, block_size=32, hq=16, hkv=4, d=d, q_dtype=q_dtype, device="cuda", seed=d)
     _check(q, c, fmt, config=_design(swap))
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_a_pool_off_the_word_grid_is_read_through_the_ring():
+    # Code pools 4 bytes off the 16-byte grid (a view into a larger buffer): the register prefetch
+    # would load misaligned words, so the default config must take the ring and still be right.
+    from kernels.decode_backends import default_rdq_config
+    from kernels.int4_cache import Int4Pool
+    from kernels.rdq_config import code_words_aligned
+
+    q, c = _case([1, 97, 1025, 5000], device="cuda", seed=11)
+
+    def off_grid(pool):
+        buf = torch.zeros(pool.data.numel() + 16, dtype=torch.uint8, device="cuda")
+        data = buf[4:4 + pool.data.numel()].view(pool.data.shape)
+        data.copy_(pool.data)
+        return Int4Pool(data=data, scales=pool.scales)
+
+    k, v = off_grid(c.k), off_grid(c.v)
+    assert not code_words_aligned(k.data, v.data) and code_words_aligned(c.k.data, c.v.data)
+    cfg = default_rdq_config("int4")
+    assert cfg.reg_prefetch
+    shifted = rdq_paged_decode(q, k, v, c.block_tables, c.seq_lens, config=cfg)
+    aligned = rdq_paged_decode(q, c.k, c.v, c.block_tables, c.seq_lens, config=cfg)
+    ref = _reference(q, c)
+    for out in (shifted, aligned):
+        assert (out.float() - ref).abs().max().item() <= _TOL["int4"]
