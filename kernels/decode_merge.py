@@ -92,17 +92,16 @@ def _merge_splits_kernel(
     SPLITS_PAD: tl.constexpr,  # num_splits rounded up to a power of two
     HEAD_DIM: tl.constexpr,
     WAIT_FOR_SPLITS: tl.constexpr = False,  # launched as a PDL dependent: wait for the split kernel
-    D_CHUNK: tl.constexpr = None,  # head dims per program (grid dim 2 walks the chunks); None: all
+    D_CHUNK: tl.constexpr = 128,  # head dims per program (grid dim 2 walks the head's chunks)
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
-    CHUNK: tl.constexpr = HEAD_DIM if D_CHUNK is None else D_CHUNK
     if WAIT_FOR_SPLITS:
         # Programmatic dependent launch: this grid may be resident before the split kernel has
         # finished; griddepcontrol.wait returns once its writes are complete and visible.
         tl.extra.cuda.gdc_wait()
     offs_s = tl.arange(0, SPLITS_PAD)
-    offs_d = tl.program_id(2) * CHUNK + tl.arange(0, CHUNK)
+    offs_d = tl.program_id(2) * D_CHUNK + tl.arange(0, D_CHUNK)
     mask_s = offs_s < num_splits
     lse = tl.load(
         part_lse_ptr + seq.to(tl.int64) * stride_plb + head * stride_plh + offs_s,
@@ -228,11 +227,9 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     warps each; by default :func:`merge_launch`'s.
     """
     batch, n_q_heads, num_splits, head_dim = part_out.shape
-    if d_chunk is None or num_warps is None:
-        chosen = merge_launch(batch, n_q_heads, num_splits, head_dim)
-        d_chunk, num_warps = d_chunk or chosen[0], num_warps or chosen[1]
-    chunks = head_dim // d_chunk
-    _launch_merge_kernel((batch, n_q_heads, chunks), (
+    chosen_chunk, chosen_warps = merge_launch(batch, n_q_heads, num_splits, head_dim)
+    d_chunk, num_warps = d_chunk or chosen_chunk, num_warps or chosen_warps
+    _launch_merge_kernel((batch, n_q_heads, head_dim // d_chunk), (
         part_out, part_lse, out, num_splits,
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),

@@ -208,54 +208,55 @@ if _HAVE_GLUON:
             gl.store(o, out.to(out_ptr.dtype.element_ty), mask=col_ok)
 
     @gluon.jit
-    def _int4_tile_words(k_words, v_words, ks_head_ptr, vs_head_ptr, page, tile, end, kw_offs, vw_offs, stride_kb,
-                         stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
-                         PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, token_layout: gl.constexpr):
-        """One INT4 tile's K and V code words and scale words from its pool block ``page``, loaded
-        into registers (code strides in words; scale words past ``end`` are 0)."""
-        kw = load_code_words(k_words, page, tile, kw_offs, stride_kb, stride_kt, PAGE_SIZE)
-        vw = load_code_words(v_words, page, tile, vw_offs, stride_vb, stride_vt, PAGE_SIZE)
-        ksw = load_scales_at(ks_head_ptr, page, tile, end, stride_ksb, stride_kst, PAGE_SIZE, BLOCK_N, token_layout)
-        vsw = load_scales_at(vs_head_ptr, page, tile, end, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
+    def _word_pools(k_head_ptr, v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt):
+        """A KV head's code pools as 32-bit words: ``(k, v, k block and token strides, v's)``, the
+        strides in words (the pools are on the 16-byte grid: :func:`kernels.rdq_config.code_words_aligned`)."""
+        return (k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
+                v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
+                stride_kb // 4, stride_kt // 4, stride_vb // 4, stride_vt // 4)
+
+    @gluon.jit
+    def _int4_tile_words(words, ks_head_ptr, vs_head_ptr, table_ptr, page, tile, end, kw_offs, vw_offs, stride_ksb,
+                         stride_kst, stride_vsb, stride_vst, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                         token_layout: gl.constexpr):
+        """One INT4 tile's K and V code words (``words``: :func:`_word_pools`) and scale words from
+        its pool block ``page``, loaded into registers (scale words past ``end`` are 0)."""
+        k_words, v_words, skb, skt, svb, svt = words
+        kw = load_code_words(k_words, page, tile, kw_offs, skb, skt, PAGE_SIZE)
+        vw = load_code_words(v_words, page, tile, vw_offs, svb, svt, PAGE_SIZE)
+        ksw = load_scales_at(ks_head_ptr, table_ptr, page, tile, end, stride_ksb, stride_kst, PAGE_SIZE, BLOCK_N,
+                             token_layout)
+        vsw = load_scales_at(vs_head_ptr, table_ptr, page, tile, end, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N,
+                             token_layout)
         return kw, vw, ksw, vsw
 
     @gluon.jit
-    def _int4_first_words(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, start, end,
-                          stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst,
-                          PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr, token_layout: gl.constexpr):
+    def _int4_first_words(words, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, start, end, stride_ksb,
+                          stride_kst, stride_vsb, stride_vst, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
+                          token_layout: gl.constexpr):
         """The register-prefetch loop's start, issued before the query is loaded so that the two
         wait together: the first tile's code and scale words and the second tile's pool block."""
-        first = _int4_tile_words(k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
-                                 v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True), ks_head_ptr, vs_head_ptr,
-                                 tile_page(table_ptr, start, end, PAGE_SIZE), start, end, kw_offs, vw_offs,
-                                 stride_kb // 4, stride_kt // 4, stride_vb // 4, stride_vt // 4, stride_ksb, stride_kst,
-                                 stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
+        page = tile_page(table_ptr, start, end, PAGE_SIZE)
+        first = _int4_tile_words(words, ks_head_ptr, vs_head_ptr, table_ptr, page, start, end, kw_offs, vw_offs,
+                                 stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
         return first, tile_page(table_ptr, start + BLOCK_N, end, PAGE_SIZE)
 
     @gluon.jit
-    def _int4_loop_registers(first, page_next, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs,
-                             vw_offs, qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles,
-                             stride_kb, stride_kt, stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb,
-                             stride_vst, a_op: gl.constexpr, b_op: gl.constexpr, RB: gl.constexpr,
+    def _int4_loop_registers(first, page_next, words, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo,
+                             qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_ksb, stride_kst,
+                             stride_vsb, stride_vst, a_op: gl.constexpr, b_op: gl.constexpr, RB: gl.constexpr,
                              HEADS: gl.constexpr, PAGE_SIZE: gl.constexpr, BLOCK_N: gl.constexpr,
                              token_layout: gl.constexpr):
         """The INT4 main loop with each next tile's codes and scales loaded into registers while
         this one is computed (no shared memory: no copy or read-back instructions, no barrier);
         ``first``, ``page_next``: :func:`_int4_first_words`. The block-table entry is read a tile
         earlier still, so those loads need not wait for it."""
-        k_words = k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-        v_words = v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-        skb = stride_kb // 4
-        skt = stride_kt // 4
-        svb = stride_vb // 4
-        svt = stride_vt // 4
         kw, vw, ksw, vsw = first
         for j in range(n_tiles):
             tile = start + j * BLOCK_N
-            kw_n, vw_n, ksw_n, vsw_n = _int4_tile_words(
-                k_words, v_words, ks_head_ptr, vs_head_ptr, page_next, tile + BLOCK_N, end, kw_offs, vw_offs,
-                skb, skt, svb, svt, stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N,
-                token_layout)
+            kw_n, vw_n, ksw_n, vsw_n = _int4_tile_words(words, ks_head_ptr, vs_head_ptr, table_ptr, page_next,
+                                                        tile + BLOCK_N, end, kw_offs, vw_offs, stride_ksb, stride_kst,
+                                                        stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N, token_layout)
             page_next = tile_page(table_ptr, tile + 2 * BLOCK_N, end, PAGE_SIZE)
             m_i, l_acc, o_lo, o_hi = _int4_words_step(kw, vw, ksw, vsw, qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi,
                                                       s_zero, rows, end - tile, a_op, b_op, RB, HEADS, BLOCK_N,
@@ -299,10 +300,10 @@ if _HAVE_GLUON:
         head_layout: gl.constexpr = gl.SliceLayout(0, mma)  # S^T's and O^T's columns
 
         if REG_PREFETCH:
-            first, page_next = _int4_first_words(k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs,
-                                                 vw_offs, start, end, stride_kb, stride_kt, stride_vb, stride_vt,
-                                                 stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE, BLOCK_N,
-                                                 token_layout)
+            words = _word_pools(k_head_ptr, v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt)
+            first, page_next = _int4_first_words(words, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, start,
+                                                 end, stride_ksb, stride_kst, stride_vsb, stride_vst, PAGE_SIZE,
+                                                 BLOCK_N, token_layout)
         # Q^T in the head-dim order of the K operand, softmax scale (and FP8's k_scale) folded
         # in; columns >= GROUP are zeros.
         dims = query_dims(gl.arange(0, RB, layout=gl.SliceLayout(1, q_layout)), INT4, RB)
@@ -327,10 +328,9 @@ if _HAVE_GLUON:
         slot = 0  # ring slot of tile j
         if REG_PREFETCH:
             m_i, l_acc, o_lo, o_hi = _int4_loop_registers(
-                first, page_next, k_head_ptr, v_head_ptr, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs,
-                qt_lo, qt_hi, m_i, l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_kb, stride_kt,
-                stride_vb, stride_vt, stride_ksb, stride_kst, stride_vsb, stride_vst, a_op, b_op, RB, HEADS,
-                PAGE_SIZE, BLOCK_N, token_layout)
+                first, page_next, words, ks_head_ptr, vs_head_ptr, table_ptr, kw_offs, vw_offs, qt_lo, qt_hi, m_i,
+                l_acc, o_lo, o_hi, s_zero, rows, start, end, n_tiles, stride_ksb, stride_kst, stride_vsb,
+                stride_vst, a_op, b_op, RB, HEADS, PAGE_SIZE, BLOCK_N, token_layout)
         else:
             for j in range(n_tiles):
                 tile = start + j * BLOCK_N

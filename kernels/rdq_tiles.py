@@ -209,12 +209,13 @@ if _HAVE_GLUON:
         return gl.load(base + offs)
 
     @gluon.jit
-    def load_scales_at(head_ptr, page, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
+    def load_scales_at(head_ptr, table_ptr, page, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
                        BLOCK_N: gl.constexpr, layout: gl.constexpr):
-        """:func:`load_scales` with the tile's pool block already known (pages of at least a tile)."""
-        rows = gl.arange(0, BLOCK_N, layout=layout)
-        ptrs = head_ptr + (page.to(gl.int64) * stride_b + (tile_start % PAGE_SIZE) * stride_t) + rows * stride_t
-        return gl.load(ptrs, mask=rows < end - tile_start, other=0)
+        """:func:`load_scales` with the tile's pool block ``page`` already known (pages of at least
+        a tile; shorter pages load each token's block from the table)."""
+        ptrs, live = _scale_ptrs(head_ptr, table_ptr, tile_start, end, page, stride_b, stride_t, PAGE_SIZE, BLOCK_N,
+                                 layout)
+        return gl.load(ptrs, mask=live, other=0)
 
     @gluon.jit
     def load_scales(head_ptr, table_ptr, tile_start, end, stride_b, stride_t, PAGE_SIZE: gl.constexpr,
@@ -223,9 +224,8 @@ if _HAVE_GLUON:
         page = 0
         if PAGE_SIZE >= BLOCK_N:
             page = tile_page(table_ptr, tile_start, end, PAGE_SIZE)
-        ptrs, live = _scale_ptrs(head_ptr, table_ptr, tile_start, end, page, stride_b, stride_t, PAGE_SIZE, BLOCK_N,
-                                 layout)
-        return gl.load(ptrs, mask=live, other=0)
+        return load_scales_at(head_ptr, table_ptr, page, tile_start, end, stride_b, stride_t, PAGE_SIZE, BLOCK_N,
+                              layout)
 
     @gluon.jit
     def query_dims(k, INT4: gl.constexpr, RB: gl.constexpr):

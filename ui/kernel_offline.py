@@ -16,7 +16,7 @@ from simulation.explorer import WorkloadSettings, build_workload
 from simulation.workloads import PRESETS
 from planner.page_size import page_size_study
 from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame
-from ui.kernel_tables import shown, target_formats, target_frame
+from ui.kernel_tables import shown, target_frame
 
 __all__ = ["offline_page", "UNAVAILABLE"]
 
@@ -39,7 +39,7 @@ def offline_page(results_dir=RESULTS_DIR) -> None:
     report = shipped.newest.report
     st.caption(" · ".join(provenance_lines(report, shipped.newest.path.name)))
     st.subheader("Targets")
-    st.dataframe(shown(target_frame(report), target_formats()), hide_index=True, key="k_offline_targets")
+    st.dataframe(shown(target_frame(report), {}), hide_index=True, key="k_offline_targets")
     preset = PRESETS[0]
     study = page_size_study(report, build_workload(WorkloadSettings(kind="preset", name=preset.name, n=_REQUESTS,
                                                                     seed=0)), max_context=32768)

@@ -18,7 +18,7 @@ from ui.kernel_charts import shape_labels
 from ui.layout import metric_row
 from ui.kernel_controls import KERNELS, follow_sidebar
 from ui.kernel_tables import (
-    measurement_formats, measurement_frame, shown, target_formats, target_frame,
+    measurement_formats, measurement_frame, shown, target_frame,
 )
 from ui.kernel_theory import REFERENCE_PAGE, ceiling_note, launch_bound_note, theory_frame
 
@@ -74,7 +74,7 @@ def _targets(report: BenchReport, key: str) -> None:
         return
     met = int((frame["Met"] == "yes").sum())
     st.markdown(f"**{met} of {len(frame)} met** (worst shape in each range, as the harness computes them).")
-    st.dataframe(shown(frame.drop(columns=["What limits it"]), target_formats()), hide_index=True,
+    st.dataframe(shown(frame.drop(columns=["What limits it"]), {}), hide_index=True,
                  key=f"{key}_table")
     unmet = frame[frame["Met"] == "no"]
     if not unmet.empty:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the interpreter check needs Triton; these tables must not (
     from kernels.bench.live import InterpreterCheck
 
 __all__ = ["CONTENDER_NAMES", "STATUS_WORDS", "MISSING", "contender_name", "shown", "measurement_frame",
-           "measurement_formats", "target_frame", "target_formats", "interpreter_frame", "memory_frame",
+           "measurement_formats", "target_frame", "interpreter_frame", "memory_frame",
            "mixed_frame", "theory_frame"]
 
 CONTENDER_NAMES = {
@@ -126,7 +126,8 @@ def measurement_formats(frame: pd.DataFrame) -> dict[str, str]:
 
 def target_frame(report: BenchReport) -> pd.DataFrame:
     """Every target of the report: measured, required (≥ or ≤), met, the worst shape and, for an
-    unmet target, what limits it."""
+    unmet target, what limits it. Cells are text: ``Measured`` by
+    :func:`kernels.bench.records.measured_text`."""
     rows = [{"Target": t.name,
              "Measured": measured_text(t),
              "Required": f"{'≤' if t.at_most else '≥'} {t.required:g}",
@@ -134,11 +135,6 @@ def target_frame(report: BenchReport) -> pd.DataFrame:
              "Worst shape": t.detail,
              "What limits it": limit_of(t) or ""} for t in report.targets]
     return pd.DataFrame(rows, columns=["Target", "Measured", "Required", "Met", "Worst shape", "What limits it"])
-
-
-def target_formats() -> dict[str, str]:
-    """The target frame's cells are text already (:func:`kernels.bench.records.measured_text`)."""
-    return {}
 
 
 def interpreter_frame(checks: tuple[InterpreterCheck, ...]) -> pd.DataFrame:

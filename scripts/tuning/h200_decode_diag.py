@@ -345,31 +345,32 @@ def nomerge_rows() -> list[dict]:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
         k, v, kw = quantized_pools("int4", x.k, x.v)
 
+        def split_kernel(partials: bool = True):
+            """The split kernel of one call on the next inputs, without its merge: ``(plan, args,
+            constexprs, out)``; ``partials`` off, every split writes the output instead."""
+            q, kk, vv, t = next_inputs(x, k, v)
+            c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
+            args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+            if not partials:
+                shape = dict(fmt=fmt, group=q.shape[1] // kk.data.shape[1], head_dim=q.shape[2],
+                             block_size=kk.data.shape[2])
+                constexprs = _launch_kwargs(c, **shape, split=False, early_merge=False)
+            _launch_rdq_kernel(plan.grid, args, constexprs)
+            return plan, args, constexprs, out
+
         def variant(kind: str):
             def call():
-                q, kk, vv, t = next_inputs(x, k, v)
                 if kind == "as called":
+                    q, kk, vv, t = next_inputs(x, k, v)
                     return rdq_paged_decode(q, kk, vv, t, x.lens, validate=False, config=cfg)
-                c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
-                args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
-                if kind == "outputs, no partials":
-                    shape = dict(fmt=fmt, group=q.shape[1] // kk.data.shape[1], head_dim=q.shape[2],
-                                 block_size=kk.data.shape[2])
-                    constexprs = _launch_kwargs(c, **shape, split=False, early_merge=False)
-                _launch_rdq_kernel(plan.grid, args, constexprs)  # "partials, no merge": as called, less the merge
-                return out
+                return split_kernel(partials=kind != "outputs, no partials")[3]  # "partials, no merge"
             return call
 
         def merged(d_chunk, warps):
             def call():
-                q, kk, vv, t = next_inputs(x, k, v)
-                c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
-                args = _kernel_args(q, *pools, t, x.lens, out, plan,
-                                    check_call_options(None, None, q.shape[2]) * LOG2_E)
-                _launch_rdq_kernel(plan.grid, args, constexprs)
-                merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"], d_chunk=d_chunk,
-                             num_warps=warps)
-                return out
+                _, args, constexprs, out = split_kernel()
+                return merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"], d_chunk=d_chunk,
+                                    num_warps=warps)
             return call
 
         line = []
@@ -380,12 +381,9 @@ def nomerge_rows() -> list[dict]:
             rows.append(dict(part="nomerge", shape=label, variant=kind, us=us))
             line.append(f"{kind} {us:.1f} us")
         print(f"{label:<16} " + " | ".join(line), flush=True)
-        q, kk, vv, t = next_inputs(x, k, v)
-        c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
+        plan, args, _, out = split_kernel()
         if plan.split:
-            args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
-            _launch_rdq_kernel(plan.grid, args, constexprs)
-            ref = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=q.shape[2], num_warps=4)
+            ref = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=out.shape[2], num_warps=4)
             line = []
             for dc, nw in MERGE_VARIANTS:
                 mine = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=dc, num_warps=nw)
