@@ -31,9 +31,11 @@ _MAX_CHECKED = 256
 
 
 def signature(*tensors: object) -> tuple | None:
-    """``(dtype, device, shape, strides)`` of each tensor; None when one is not a tensor."""
+    """``(dtype, device, shape, strides, address mod 16)`` of each tensor; None when one is not a
+    tensor. The address's place on the 16-byte grid is in because checks depend on it (the rdq
+    kernel takes only pools on it), as Triton's own compile key does."""
     try:
-        return tuple((t.dtype, t.device, tuple(t.shape), t.stride()) for t in tensors)
+        return tuple((t.dtype, t.device, tuple(t.shape), t.stride(), t.data_ptr() % 16) for t in tensors)
     except (AttributeError, TypeError):
         return None
 

@@ -362,7 +362,7 @@ def paged_decode_attention(
         For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
         lengths beyond a table or head counts that do not divide; before any launch.
     """
-    if choose_backend(backend, config is not None, lambda: rdq_preferred(q, k_cache)) == "rdq":
+    if choose_backend(backend, config is not None, lambda: rdq_preferred(q, k_cache, v_cache)) == "rdq":
         from kernels.paged_decode_rdq import rdq_paged_decode  # here: that module imports this one's merge
 
         return rdq_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, k_scale=k_scale, v_scale=v_scale,
@@ -433,7 +433,7 @@ def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
 def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> dict:
     """The kernel's compile-time arguments for one call signature (``inline``: the split kernel
     merges, :func:`merges_inline`)."""
-    (_, device, (_, n_q_heads, head_dim), _), (k_dtype, _, (_, n_kv_heads, block_size, _), _) = key[:2]
+    (_, device, (_, n_q_heads, head_dim), *_), (k_dtype, _, (_, n_kv_heads, block_size, _), *_) = key[:2]
     fp8 = k_dtype == FP8_DTYPE
     return dict(HAS_SCALES=fp8, FP8_KV=fp8, FP8_QK=fp8 and config.fp8_qk_dot and not interpreted(device),
                 **split_kernel_constexprs(config, n_q_heads // n_kv_heads, head_dim, block_size, split, inline,

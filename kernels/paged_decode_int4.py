@@ -223,7 +223,7 @@ def paged_decode_int4(
     checked_once(key, lambda: check_int4_inputs(q, k, v, block_tables, seq_lens))
     if dequant not in (0, 1):
         raise ValueError(f"dequant must be 0 or 1, got {dequant!r}")
-    chosen = choose_backend(backend, config is not None or dequant != 1, lambda: rdq_preferred(q, k),
+    chosen = choose_backend(backend, config is not None or dequant != 1, lambda: rdq_preferred(q, k, v),
                             INT4_BACKENDS)
     if chosen == "rdq":
         return rdq_paged_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,

@@ -77,7 +77,7 @@ from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluo
 from kernels.decode_checks import check_int4_inputs
 from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,
                                  word_layout_bases)
-from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, code_words_aligned,
+from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, pools_on_16_byte_grid,
                                 rdq_shared_bytes, uses_register_prefetch)
 from kernels.rdq_swap import attend_swapped, swapped_heads
 
@@ -305,7 +305,7 @@ if _HAVE_GLUON:
         columns (:func:`kernels.rdq_layouts.v_physical_byte`); or a split's partial and base-2 lse
         (zeros and -inf for a split that saw no token: zero weight in the merge)."""
         has_tokens = l_i > 0.0
-        out = acc / gl.expand_dims(gl.where(has_tokens, l_i, 1.0), 1)
+        out = acc * gl.expand_dims(1.0 / gl.where(has_tokens, l_i, 1.0), 1)  # a reciprocal per head
         rows = gl.arange(0, _ROWS, layout=gl.SliceLayout(1, mma))
         cols = output_dims(gl.arange(0, RB, layout=gl.SliceLayout(0, mma)), RB)
         heads = kv_head * GROUP + rows
@@ -346,21 +346,19 @@ def word_layouts(block_n: int, head_dim: int, fmt: str) -> tuple:
 
 @functools.lru_cache(maxsize=256)  # one dict per variant: DirectLauncher keys on its identity
 def _launch_kwargs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
-                   early_merge: bool, words_aligned: bool = True) -> dict:
+                   early_merge: bool) -> dict:
     """Compile-time values and launch options of one call variant."""
     return {**_constexprs(cfg, fmt=fmt, group=group, head_dim=head_dim, block_size=block_size, split=split,
-                          words_aligned=words_aligned,
                           early_merge=early_merge), **_options(cfg)}
 
 
 def _constexprs(cfg: RdqConfig, *, fmt: str, group: int, head_dim: int, block_size: int, split: bool,
-                early_merge: bool = False, words_aligned: bool = True) -> dict:
-    """Compile-time values of one call: ``early_merge`` from :func:`kernels.paged_decode.pdl_merge`,
-    ``words_aligned`` from :func:`kernels.rdq_config.code_words_aligned`."""
+                early_merge: bool = False) -> dict:
+    """Compile-time values of one call: ``early_merge`` from :func:`kernels.paged_decode.pdl_merge`."""
     k_layout, v_layout = tile_layouts(cfg.block_n, head_dim, fmt)
     if cfg.swap_ab:
         swapped_heads(group)
-    reg_prefetch = uses_register_prefetch(cfg, fmt, block_size, words_aligned)
+    reg_prefetch = uses_register_prefetch(cfg, fmt, block_size)
     kw_layout, vw_layout = word_layouts(cfg.block_n, head_dim, fmt) if reg_prefetch else (None, None)
     return dict(INT4=fmt == "int4", GROUP=group, HEAD_DIM=head_dim, PAGE_SIZE=block_size, BLOCK_N=cfg.block_n,
                 STAGES=cfg.num_stages, SPLIT=split, SWAP_AB=cfg.swap_ab,
@@ -398,6 +396,14 @@ def _check_rdq_inputs(q, k, v, block_tables, seq_lens) -> str:
             raise ValueError(f"k and v must be Int4Pool pools or {FP8_DTYPE} caches for the rdq decode kernel, "
                              f"got {k.dtype} and {v.dtype}")
         fmt, n_kv_heads = "fp8", k.shape[1]
+    codes = (k.data, v.data) if fmt == "int4" else (k, v)
+    if not pools_on_16_byte_grid(*codes):
+        names = "k.data and v.data" if fmt == "int4" else "k and v"
+        raise ValueError(f"{names} must start on a 16-byte boundary with block, head and token strides that are "
+                         f"multiples of 16 bytes for the rdq decode kernel (it copies 16-byte runs); got addresses "
+                         f"{codes[0].data_ptr() % 16} and {codes[1].data_ptr() % 16} bytes past it, strides "
+                         f"{tuple(codes[0].stride()[:3])} and {tuple(codes[1].stride()[:3])}; pass .clone() copies, "
+                         f"or take the Triton kernel (backend='triton')")
     if q.shape[2] not in GLUON_DECODE_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {GLUON_DECODE_HEAD_DIMS} for the rdq decode kernel, got {q.shape[2]}")
     if q.shape[1] // n_kv_heads > MAX_RDQ_GROUP:
@@ -529,8 +535,7 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
         check_values(block_tables, seq_lens, num_blocks, block_size)
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
     out = torch.empty_like(q)
-    shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size,
-                 words_aligned=fmt != "int4" or code_words_aligned(pools[0], pools[1]))
+    shape = dict(fmt=fmt, group=n_q_heads // n_kv_heads, head_dim=head_dim, block_size=block_size)
     plan, resident = planned_split(
         (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "code_words_aligned",
+__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "pools_on_16_byte_grid",
            "rdq_shared_bytes"]
 
 RDQ_FORMATS = ("int4", "fp8")
@@ -108,26 +108,26 @@ RDQ_CONFIGS: tuple[RdqConfig, ...] = (
 )
 
 
-def uses_register_prefetch(cfg: RdqConfig, fmt: str, block_size: int, words_aligned: bool = True) -> bool:
-    """Whether a call runs ``cfg``'s register prefetch: asked for, INT4, the swapped design, pages
-    of at least a tile (a tile's words then come from one page) and code pools whose words are
-    16-byte aligned (``words_aligned``: :func:`code_words_aligned`); the ring otherwise, whose
-    copies take any alignment."""
-    return cfg.reg_prefetch and cfg.swap_ab and fmt == "int4" and block_size >= cfg.block_n and words_aligned
+def uses_register_prefetch(cfg: RdqConfig, fmt: str, block_size: int) -> bool:
+    """Whether a call runs ``cfg``'s register prefetch: asked for, INT4, the swapped design and
+    pages of at least a tile (a tile's words then come from one page); the ring otherwise."""
+    return cfg.reg_prefetch and cfg.swap_ab and fmt == "int4" and block_size >= cfg.block_n
 
 
-def code_words_aligned(*pools) -> bool:
-    """Whether INT4 code pools (uint8 ``[blocks, heads, page, RB]``) can be read as 16-byte runs of
-    32-bit words: base address and the three outer strides (bytes) multiples of 16. A view that
-    is not (an offset slice, odd strides) would make word loads misaligned."""
+def pools_on_16_byte_grid(*pools) -> bool:
+    """Whether byte pools (``[blocks, heads, page, row bytes]``: INT4 codes, FP8 caches) start on
+    a 16-byte boundary with block, head and token strides (bytes) that are multiples of 16: what
+    the rdq kernel reads them by, 16-byte ``cp.async`` runs and 32-bit words. The JIT compiles a
+    pool off that grid (an offset slice, odd strides) as byte-aligned, which ``cp.async`` cannot
+    copy, so the kernel takes only pools on it."""
     return all(p.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in p.stride()[:3]) for p in pools)
 
 
-def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str, block_size: int, words_aligned: bool = True) -> int:
+def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str, block_size: int) -> int:
     """Shared memory of the code ring (bytes): a K and a V tile of ``block_n`` code rows per stage
     (and with ``ring_scales``, INT4 swapped, their 4-byte scale words); none where the call
     prefetches into registers (:func:`uses_register_prefetch`)."""
-    if uses_register_prefetch(cfg, fmt, block_size, words_aligned):
+    if uses_register_prefetch(cfg, fmt, block_size):
         return 0
     scales = 2 * 4 if cfg.ring_scales and cfg.swap_ab and fmt == "int4" else 0
     return 2 * cfg.num_stages * cfg.block_n * (head_dim // 2 if fmt == "int4" else head_dim) \

@@ -21,7 +21,7 @@
   the B8 L32K plan, and 8 at B32 L16K): the same grid timed as called, without the merge kernel,
   and with every split writing the output instead of a partial (a wrong result, timed only);
   then with each merge-kernel launch of ``MERGE_VARIANTS`` (head dims per program, warps) after
-  it, and each of those alone on a call's partials.
+  it, and each of those alone on a call's partials; with fp32 partials (the default) and bf16.
 * ``b1merge``: batch 1 (32K and 128K, where a call's merge has the fewest programs), the bf16
   and INT4 calls as called with each merge launch of ``B1_MERGE_VARIANTS`` forced, the policy's
   own (``kernels.decode_merge.merge_launch``), and cuDNN beside.
@@ -287,7 +287,7 @@ NOMERGE_SHAPES = [(8, 32768, 64), (8, 32768, 32), (32, 16384, 64)]
 
 
 # ``nomerge``: merge-kernel launches (head dims per program or None for all, warps).
-MERGE_VARIANTS = ((128, 4), (64, 2), (32, 1), (32, 2), (16, 1))
+MERGE_VARIANTS = ((128, 4), (64, 2), (64, 1), (32, 1), (32, 2), (16, 1))
 # ``b1merge``: bf16 and INT4 calls at batch 1 (many splits, few merge programs), as called with
 # each merge launch forced on every kernel's merge.
 B1_MERGE_SHAPES = [(1, 32768, 32), (1, 32768, 64), (1, 131072, 32)]
@@ -330,17 +330,26 @@ def b1merge_rows() -> list[dict]:
 
 
 def nomerge_rows() -> list[dict]:
-    from kernels.bench.timing import graph_ms
     from kernels.decode_backends import default_rdq_config
+
+    rows = []
+    default = default_rdq_config("int4")
+    for cname, cfg in (("fp32 partials", default), ("bf16 partials", dataclasses.replace(default, bf16_partials=True))):
+        rows += _nomerge_config_rows(cname, cfg)
+    return rows
+
+
+def _nomerge_config_rows(cname: str, cfg) -> list[dict]:
+    """:func:`nomerge_rows` for one rdq config, each row labelled ``cname``."""
+    from kernels.bench.timing import graph_ms
     from kernels.decode_merge import merge_splits
     from kernels.paged_decode_rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
-                                          rdq_paged_decode)
+                                          partial_dtype, rdq_paged_decode)
     from kernels.decode_launch import check_call_options
     from kernels.online_softmax import LOG2_E
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
-    cfg = default_rdq_config("int4")
     for batch, ctx, hq in NOMERGE_SHAPES:
         label, _, x = decode_shape_inputs(batch, ctx, hq, memory_share=4)
         k, v, kw = quantized_pools("int4", x.k, x.v)
@@ -350,7 +359,8 @@ def nomerge_rows() -> list[dict]:
             constexprs, out)``; ``partials`` off, every split writes the output instead."""
             q, kk, vv, t = next_inputs(x, k, v)
             c, fmt, plan, out, pools, constexprs = _prepare(q, kk, vv, t, x.lens, None, None, None, cfg, False)
-            args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E)
+            args = _kernel_args(q, *pools, t, x.lens, out, plan, check_call_options(None, None, q.shape[2]) * LOG2_E,
+                                partial_dtype(c, fmt))
             if not partials:
                 shape = dict(fmt=fmt, group=q.shape[1] // kk.data.shape[1], head_dim=q.shape[2],
                              block_size=kk.data.shape[2])
@@ -378,9 +388,9 @@ def nomerge_rows() -> list[dict]:
         kinds += [(f"merge {dc} dims {nw}w", merged(dc, nw)) for dc, nw in MERGE_VARIANTS]
         for kind, fn in kinds:
             us = graph_ms(fn, x.rot.n, 5.0, 30.0) * 1e3
-            rows.append(dict(part="nomerge", shape=label, variant=kind, us=us))
+            rows.append(dict(part="nomerge", config=cname, shape=label, variant=kind, us=us))
             line.append(f"{kind} {us:.1f} us")
-        print(f"{label:<16} " + " | ".join(line), flush=True)
+        print(f"{cname} {label:<16} " + " | ".join(line), flush=True)
         plan, args, _, out = split_kernel()
         if plan.split:
             ref = merge_splits(args[8], args[9], torch.empty_like(out), d_chunk=out.shape[2], num_warps=4)
@@ -390,10 +400,10 @@ def nomerge_rows() -> list[dict]:
                 err = (mine.float() - ref.float()).abs().max().item()
                 us = graph_ms(lambda dc=dc, nw=nw: merge_splits(args[8], args[9], out, d_chunk=dc, num_warps=nw),
                               1, 5.0, 30.0) * 1e3
-                rows.append(dict(part="nomerge", shape=label, variant=f"merge alone {dc} dims {nw}w",
+                rows.append(dict(part="nomerge", config=cname, shape=label, variant=f"merge alone {dc} dims {nw}w",
                                  us=us, splits=plan.num_splits, max_abs_diff=err))
                 line.append(f"{dc}/{nw}w {us:.1f} us (diff {err:.1e})")
-            print(f"{label:<16} merge alone, {plan.num_splits} splits: " + " | ".join(line), flush=True)
+            print(f"{cname} {label:<16} merge alone, {plan.num_splits} splits: " + " | ".join(line), flush=True)
         x = k = v = None
         torch.cuda.empty_cache()
     return rows

@@ -9,6 +9,8 @@ returns for FP8 and INT4 caches, and what the Triton kernel returns for a bf16 c
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -47,14 +49,19 @@ def test_auto_takes_rdq_only_when_preferred_and_no_triton_option_was_set():
 
 def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
     q, c = _cache([40], device="cpu")
-    assert not rdq_preferred(q, c.k_cache)  # bf16 KV: the Triton kernel's
+    assert not rdq_preferred(q, c.k_cache, c.v_cache)  # bf16 KV: the Triton kernel's
     fp8, int4 = quantize_fp8(c), quantize_int4(c)
-    assert rdq_preferred(q, fp8.k_cache) == gluon_decode_available()
-    assert rdq_preferred(q, int4.k) == gluon_decode_available()
+    assert rdq_preferred(q, fp8.k_cache, fp8.v_cache) == gluon_decode_available()
+    assert rdq_preferred(q, int4.k, int4.v) == gluon_decode_available()
+    off_grid = torch.zeros(int4.k.data.numel() + 16, dtype=torch.uint8)[4:4 + int4.k.data.numel()]
+    shifted = dataclasses.replace(int4.k, data=off_grid.view(int4.k.data.shape))
+    assert not rdq_preferred(q, shifted, int4.v)  # 4 bytes off the grid the rdq kernel copies by
     q64, c64 = _cache([40], d=64, device="cpu")
-    assert not rdq_preferred(q64, quantize_int4(c64).k)  # head dim 64: correct on the GPU, not timed
+    i64 = quantize_int4(c64)
+    assert not rdq_preferred(q64, i64.k, i64.v)  # head dim 64: correct on the GPU, not timed
     q32, c32 = _cache([40], hq=34, hkv=2, device="cpu")  # 17 query heads per KV head: past the 16 MMA rows
-    assert not rdq_preferred(q32, quantize_fp8(c32).k_cache)
+    f32 = quantize_fp8(c32)
+    assert not rdq_preferred(q32, f32.k_cache, f32.v_cache)
     assert default_rdq_config("int4").swap_ab and default_rdq_config("fp8").swap_ab  # the timed defaults
     assert (default_rdq_config("int4").block_n, default_rdq_config("fp8").block_n) == (16, 32)
     with pytest.raises(ValueError, match="fmt must be"):

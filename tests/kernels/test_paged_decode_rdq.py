@@ -221,18 +221,53 @@ def test_the_swapped_design_stores_its_partials_in_vectors(sm90_builds):
         assert set(stores) <= {width, 4}, b  # nothing scattered but the lse
 
 
-def test_register_prefetch_only_reads_pools_whose_words_are_aligned():
-    from kernels.rdq_config import code_words_aligned
+def test_the_16_byte_grid_by_hand():
+    from kernels.rdq_config import pools_on_16_byte_grid
 
     pool = torch.zeros(8, 2, 16, 64, dtype=torch.uint8)  # [blocks, heads, page, RB]: strides 2048, 1024, 64
-    assert code_words_aligned(pool, pool[2:])  # a whole-block slice keeps every address 16-aligned
+    assert pools_on_16_byte_grid(pool, pool[2:])  # a whole-block slice keeps every address 16-aligned
     wide = torch.zeros(8, 2, 16, 65, dtype=torch.uint8)[..., 1:]  # offset by a byte, token stride 65
-    assert wide.stride(-1) == 1 and not code_words_aligned(wide)
-    assert not code_words_aligned(pool, torch.zeros(8, 2, 16, 72, dtype=torch.uint8)[..., :64])  # stride 72
-    prefetch = RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True)
-    assert uses_register_prefetch(prefetch, "int4", 16)
-    assert not uses_register_prefetch(prefetch, "int4", 16, words_aligned=False)  # the ring reads those
-    assert rdq_shared_bytes(prefetch, 128, "int4", 16, words_aligned=False) == 3 * 16 * (64 + 64)
+    assert wide.stride(-1) == 1 and not pools_on_16_byte_grid(wide)
+    assert not pools_on_16_byte_grid(pool, torch.zeros(8, 2, 16, 72, dtype=torch.uint8)[..., :64])  # stride 72
+    shifted = torch.zeros(pool.numel() + 16, dtype=torch.uint8)[4:4 + pool.numel()].view(pool.shape)
+    assert shifted.stride() == pool.stride() and not pools_on_16_byte_grid(shifted)  # 4 bytes off
+
+
+def _off_grid(t):
+    """``t``'s values in a view 4 bytes past a 16-byte boundary (a slice of a larger buffer)."""
+    buf = torch.zeros(t.numel() + 16, dtype=torch.uint8, device=t.device)
+    view = buf[4:4 + t.numel()].view(t.shape)
+    view.copy_(t.view(torch.uint8))
+    return view.view(t.dtype)
+
+
+def _shifted(c):
+    """The case's K and V code pools (INT4) or caches (FP8) moved off the 16-byte grid."""
+    if hasattr(c, "k"):
+        return dataclasses.replace(c, k=dataclasses.replace(c.k, data=_off_grid(c.k.data)),
+                                   v=dataclasses.replace(c.v, data=_off_grid(c.v.data)))
+    return dataclasses.replace(c, k_cache=_off_grid(c.k_cache), v_cache=_off_grid(c.v_cache))
+
+
+@pytest.mark.parametrize("fmt", ["int4", "fp8"])
+def test_refuses_pools_off_the_16_byte_grid_even_after_an_aligned_call(fmt):
+    # The checks run once per call signature; the address's place on the grid is part of it, so an
+    # aligned call's pass does not wave an off-grid view of the same shape through.
+    from kernels.decode_launch import signature
+
+    q, c = _case([5, 40], fmt=fmt)
+    shifted = _shifted(c)
+    pools = (c.k.data, shifted.k.data) if fmt == "int4" else (c.k_cache, shifted.k_cache)
+    assert pools[0].stride() == pools[1].stride() and signature(pools[0]) != signature(pools[1])
+    assert pools[1].data_ptr() % 16 == 4
+    if rdq_available():
+        _call(q, c)
+    else:
+        with pytest.raises(ValueError, match="capability 9.x"):  # every other check passed
+            _call(q, c)
+    names = "k.data and v.data" if fmt == "int4" else "k and v"
+    with pytest.raises(ValueError, match=f"{names} must start on a 16-byte boundary .* got addresses 4 and 4 bytes"):
+        _call(q, shifted)
 
 
 def test_shared_bytes_formula_by_hand():
@@ -692,27 +727,22 @@ def test_query_dtypes_and_head_dims(fmt, q_dtype, d, swap):
 
 @pytest.mark.gpu
 @needs_hopper
-def test_a_pool_off_the_word_grid_is_read_through_the_ring():
-    # Code pools 4 bytes off the 16-byte grid (a view into a larger buffer): the register prefetch
-    # would load misaligned words, so the default config must take the ring and still be right.
-    from kernels.decode_backends import default_rdq_config
-    from kernels.int4_cache import Int4Pool
-    from kernels.rdq_config import code_words_aligned
+def test_off_grid_pools_take_the_triton_kernel_under_auto():
+    # backend="auto" sends a view the rdq kernel cannot copy to the Triton kernel, which reads any
+    # view, and gets the same answer; asked for by name, the rdq kernel refuses it.
+    from kernels.paged_decode import paged_decode_attention
+    from kernels.paged_decode_int4 import paged_decode_int4
 
-    q, c = _case([1, 97, 1025, 5000], device="cuda", seed=11)
-
-    def off_grid(pool):
-        buf = torch.zeros(pool.data.numel() + 16, dtype=torch.uint8, device="cuda")
-        data = buf[4:4 + pool.data.numel()].view(pool.data.shape)
-        data.copy_(pool.data)
-        return Int4Pool(data=data, scales=pool.scales)
-
-    k, v = off_grid(c.k), off_grid(c.v)
-    assert not code_words_aligned(k.data, v.data) and code_words_aligned(c.k.data, c.v.data)
-    cfg = default_rdq_config("int4")
-    assert cfg.reg_prefetch
-    shifted = rdq_paged_decode(q, k, v, c.block_tables, c.seq_lens, config=cfg)
-    aligned = rdq_paged_decode(q, c.k, c.v, c.block_tables, c.seq_lens, config=cfg)
-    ref = _reference(q, c)
-    for out in (shifted, aligned):
-        assert (out.float() - ref).abs().max().item() <= _TOL["int4"]
+    for fmt in ("int4", "fp8"):
+        q, c = _case([1, 97, 1025, 5000], fmt=fmt, device="cuda", seed=11)
+        shifted = _shifted(c)
+        if fmt == "int4":
+            out = paged_decode_int4(q, shifted.k, shifted.v, c.block_tables, c.seq_lens, backend="auto")
+        else:
+            out = paged_decode_attention(q, shifted.k_cache, shifted.v_cache, c.block_tables, c.seq_lens,
+                                         k_scale=c.k_scale, v_scale=c.v_scale, backend="auto")
+        # The Triton kernel's own tolerance: its FP8 path takes the q.k dot in e4m3.
+        tol = tolerance("paged_decode", fmt).atol
+        assert (out.float() - _reference(q, c)).abs().max().item() <= tol, fmt
+        with pytest.raises(ValueError, match="16-byte boundary"):
+            _call(q, shifted)
