@@ -77,7 +77,8 @@ def default_rdq_config(fmt: str):
     come through the copy ring with its codes (round 19: 2.44x against 2.30x loaded in the loop); since
     round 22 INT4 has no ring: each next tile's code and scale words are loaded into registers, at a
     128-register cap that keeps 16 programs per SM (2.83-2.84x against the ring's 2.57x in the same
-    calls, with round 22's vector stores and merge cut; 2.80x in harness run 11)."""
+    calls, with round 22's vector stores and merge cut; 2.80x in harness run 11, 2.82x in run 12). Caps
+    of 96-120 registers spill (1.8-2.0x), bf16 partials gained nothing (round 23)."""
     if fmt not in ("int4", "fp8"):
         raise ValueError(f"fmt must be 'int4' or 'fp8', got {fmt!r}")
     return RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True, maxnreg=128) if fmt == "int4" else \

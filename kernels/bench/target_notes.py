@@ -51,7 +51,8 @@ TARGET_LIMITS: dict[str, str] = {
         "context (the programs' start, 2,112 partials and their merge) of ~92, and the ratio sits at "
         "2.78-2.84x from run to run. Fewer instructions did not pay (K's offsets as a per-head bias, "
         "7 % fewer: -1 %; an int8 q.k: +1 %; the loop unrolled by two: spills, or 14 programs per SM), "
-        "nor did more registers per warp. Elsewhere the Triton kernel (0.84x) runs, which unpacks every "
+        "nor did more registers per warp, nor fewer (caps of 96-120 registers spill and fall to "
+        "1.8-2.0x), nor bf16 partials. Elsewhere the Triton kernel (0.84x) runs, which unpacks every "
         "value in registers and moves it between layouts.",
     "decode_eager_overhead_us":
         "What an eager call costs above a CUDA-graph replay is the host's Python and launch path; "

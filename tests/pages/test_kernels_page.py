@@ -335,13 +335,13 @@ def test_sidebar_shape_is_followed_after_the_first_render():
     at.query_params["batch"] = "32"
     at.query_params["len"] = "16384"
     at.run()
-    # Shipped run, B=32 L=16K 32/8 d=128: 0.49251 ms by CUDA-graph replay (NOTES-decode.md, run 11).
-    assert _metric(at, "Kernel median time") == "492.5 µs"
+    # Shipped run, B=32 L=16K 32/8 d=128: 0.50160 ms by CUDA-graph replay (NOTES-decode.md, run 12).
+    assert _metric(at, "Kernel median time") == "501.6 µs"
     at.selectbox(key="kernels.batch").set_value(8).run()
     assert not at.exception
-    # B=8 L=16K: 0.13326 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 133.26 µs = 4.03 TB/s.
-    assert _metric(at, "Kernel median time") == "133.3 µs"
-    assert _metric(at, "Achieved TB/s") == "4.03"
+    # B=8 L=16K: 0.135424 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 135.424 µs = 3.96 TB/s.
+    assert _metric(at, "Kernel median time") == "135.4 µs"
+    assert _metric(at, "Achieved TB/s") == "3.96"
     assert "not in these results" not in _texts(at.caption)
 
 
@@ -355,19 +355,19 @@ def _shipped_app(**query) -> AppTest:
 def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
     at = _shipped_app()
     assert not at.exception
-    # Shipped run, B=8 L=32K 32/8 d=128: 0.25653 ms replayed; 1,073,741,824 B / 256.53 µs = 4.186 TB/s,
-    # 99 % of the run's 4.249 TB/s copy (NOTES-decode.md run 11: "B=8 L=32K 32/8 | 0.2565").
-    assert _metric(at, "Kernel median time") == "256.5 µs"
-    assert _metric(at, "Achieved TB/s") == "4.19"
-    assert _metric(at, "Share of measured ceiling") == "99 %"
+    # Shipped run, B=8 L=32K 32/8 d=128: 0.261056 ms replayed; 1,073,741,824 B / 261.056 µs = 4.113 TB/s,
+    # 96 % of the run's 4.2746 TB/s copy (NOTES-decode.md run 12: "B=8 L=32K 32/8 | 0.2611").
+    assert _metric(at, "Kernel median time") == "261.1 µs"
+    assert _metric(at, "Achieved TB/s") == "4.11"
+    assert _metric(at, "Share of measured ceiling") == "96 %"
     assert "not in these results" not in _texts(at.caption) and "launch-bound" not in _texts(at.info)
     table = at.dataframe[0].value.set_index("Contender")
     ours = table.loc["Triton paged decode"]
-    # The notes' row: eager 0.2557 ms, cuDNN 0.25152 / 0.25653 = 0.980 x, and the rdq kernels' FP8
-    # 0.25653 / 0.14182 = 1.81 x and INT4 0.25653 / 0.090368 = 2.84 x the bf16 kernel.
-    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("256.5", "255.7", "0.980")
-    assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.81"
-    assert table.loc["Triton paged decode, INT4 KV", "× Triton bf16"] == "2.84"
+    # The notes' row: eager 0.260992 ms, cuDNN 0.256192 / 0.261056 = 0.981 x, and the rdq kernels' FP8
+    # 0.261056 / 0.14336 = 1.82 x and INT4 0.261056 / 0.090816 = 2.87 x the bf16 kernel.
+    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("261.1", "261.0", "0.981")
+    assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.82"
+    assert table.loc["Triton paged decode, INT4 KV", "× Triton bf16"] == "2.87"
     assert table.loc["SDPA EFFICIENT (contiguous)", "Status"] == "unsupported"
     assert table.loc["naive softmax(QKᵀ)V", "CUDA-graph replay (µs)"] == "—"  # timed eagerly only
     for frame in (d.value for d in at.dataframe):
@@ -378,29 +378,29 @@ def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
 def test_targets_are_shown_with_what_limits_the_unmet_ones():
     at = _shipped_app()
     targets = at.dataframe[2].value.set_index("Target")
-    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.804"  # NOTES-decode.md run 11: 1.80, met
+    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.813"  # NOTES-decode.md run 12: 1.81, met
     assert targets.loc["decode_fp8_vs_bf16", "Required"] == "≥ 1.7"
     assert targets.loc["decode_fp8_vs_bf16", "Met"] == "yes"
     assert targets.loc["decode_eager_overhead_us", "Required"] == "≤ 40"
-    # Run 11, 32/8: eager 0.066464 - replay 0.040582 ms = 25.882 µs, the least of two passes.
-    assert targets.loc["decode_eager_overhead_us", "Measured"] == "25.882"
+    # Run 12, 64/8: eager 0.059968 - replay 0.041604 ms = 18.364 µs, the least of two passes (32/8:
+    # 0.053472 - 0.040994 = 12.478).
+    assert targets.loc["decode_eager_overhead_us", "Measured"] == "18.364"
     assert targets.loc["decode_eager_overhead_us", "Met"] == "yes"
-    # Run 11: 0.25747 / 0.091969 = 2.79958 at B=8 L=32K 64/8, a miss: shown with the digit that says so.
-    assert targets.loc["decode_int4_vs_bf16", "Met"] == "no"
-    assert targets.loc["decode_int4_vs_bf16", "Measured"] == "2.7996"
+    # Run 12: 0.98317 / 0.34851 = 2.82104 at B=32 L=32K 64/8, the worst large shape: met.
+    assert targets.loc["decode_int4_vs_bf16", "Met"] == "yes"
+    assert targets.loc["decode_int4_vs_bf16", "Measured"] == "2.821"
     assert targets.loc["prefill_vs_cudnn_causal", "Met"] == "yes"  # 0.977: the Gluon forward
     text = _texts(at.markdown)
-    assert "**11 of 14 met**" in text
-    assert "`decode_int4_vs_bf16` (2.7996, needs ≥ 2.8" in text and "register-dequant warp-MMA kernel" in text
-    assert "`decode_b1_32k_vs_cudnn` (0.953, needs ≥ 1" in text
+    assert "**12 of 14 met**" in text
+    assert "`decode_b1_32k_vs_cudnn` (0.953, needs ≥ 1" in text and "`decode_large_vs_cudnn` (0.971, needs ≥ 1" in text
     unmet_part = text.partition("What limits the unmet ones")[2]
-    for met in ("`decode_large_tbps`", "`decode_fp8_vs_bf16`", "`decode_eager_overhead_us`"):
+    for met in ("`decode_large_tbps`", "`decode_fp8_vs_bf16`", "`decode_eager_overhead_us`", "`decode_int4_vs_bf16`"):
         assert met not in unmet_part
 
 
 def test_small_shape_says_it_is_launch_bound():
     at = _shipped_app(batch="1", len="4096")
-    # 2 x 4096 x 8 x 128 x 2 B = 16,777,216 B; at the run's 4.2492 TB/s copy: 3.95 µs; the call 12.72 µs.
+    # 2 x 4096 x 8 x 128 x 2 B = 16,777,216 B; at the run's 4.2746 TB/s copy: 3.92 µs; the call 12.74 µs.
     note = _texts(at.info)
     assert "This shape is launch-bound" in note
     assert "16.8 MB of KV take 3.9 µs" in note and "the call takes 12.7 µs" in note
@@ -408,9 +408,9 @@ def test_small_shape_says_it_is_launch_bound():
 
 def test_share_above_100_percent_is_explained():
     at = _shipped_app(batch="128", len="32768")
-    # 4.5425 TB/s over the 4.2492 TB/s copy = 107 %; over the datasheet's 4.8 = 95 %.
-    assert _metric(at, "Share of measured ceiling") == "107 %"
-    assert "Over 100 % of the measured ceiling" in _texts(at.info) and "(95 % of it here)" in _texts(at.info)
+    # 4.4465 TB/s over the 4.2746 TB/s copy = 104 %; over the datasheet's 4.8 = 93 %.
+    assert _metric(at, "Share of measured ceiling") == "104 %"
+    assert "Over 100 % of the measured ceiling" in _texts(at.info) and "(93 % of it here)" in _texts(at.info)
 
 
 def test_picking_a_shape_writes_it_into_the_sidebar_and_the_url():
@@ -421,7 +421,7 @@ def test_picking_a_shape_writes_it_into_the_sidebar_and_the_url():
     assert not at.exception
     assert at.selectbox(key="kernels.batch").value == 128 and at.selectbox(key="kernels.len").value == 4096
     assert at.query_params["batch"] == "128" and at.query_params["len"] == "4096"
-    assert _metric(at, "Kernel median time") == "489.9 µs"  # 0.48992 ms in the shipped run
+    assert _metric(at, "Kernel median time") == "498.6 µs"  # 0.498624 ms in the shipped run
 
 
 def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
@@ -429,21 +429,21 @@ def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
     fig = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Which page size"))
     lines = {t["name"]: t for t in fig["data"] if t["name"].startswith("kernel TB/s")}
     assert set(lines) == {"kernel TB/s, batch 8 × 32,768", "kernel TB/s, batch 128 × 4,096"}
-    # NOTES-decode.md run 11: B=8 L=32K 4.12 / 4.15 / 4.19 / 4.22 / 4.21 / 4.23 / 4.22 TB/s at blocks 1 ... 256.
+    # NOTES-decode.md run 12: B=8 L=32K 4.05 / 4.08 / 4.12 / 4.15 / 4.14 / 4.16 / 4.15 TB/s at blocks 1 ... 256.
     assert fig["data"][0]["x"] == ["1", "8", "16", "32", "64", "128", "256"]
-    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.12, 4.15, 4.19, 4.22, 4.21,
-                                                                                  4.23, 4.22]
+    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.05, 4.08, 4.12, 4.15, 4.14,
+                                                                                  4.16, 4.15]
     waste = next(t for t in fig["data"] if t["name"] == "waste per sequence, simulated")
     # Lengths uniform over 1,024-3,072 are spread evenly modulo every block: waste ≈ (B - 1) / 2.
     assert waste["y"][0] == 0.0
     assert waste["y"][-1] == pytest.approx(127.5, rel=0.03)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "waste per sequence (tokens)"
     answer = _texts(at.markdown)
-    # Widest spread: batch 8's 4.2300 / 4.1217 = 1.026 (blocks 128 and 1). Lengths uniform over
+    # Widest spread: batch 8's 4.1569 / 4.0481 = 1.027 (blocks 128 and 1). Lengths uniform over
     # 1,024-3,072 (mean ~2,048) leave (B - 1)/2 tokens per sequence: utilisation 2048 / (2048 + (B - 1)/2)
-    # times the mean relative rate (run 11's rates, as in the by-hand test below) scores block 16
-    # 0.99635 x 0.98798 = 0.9844, block 32 0.99249 x 0.99538 = 0.9879, block 64 0.98485 x 0.99249 = 0.9775.
-    assert "at most 2.6 % apart" in answer and "**Block 32** gives the most sequences times read speed" in answer
+    # times the mean relative rate (run 12's rates, as in the by-hand test below) scores block 16
+    # 0.99635 x 0.98862 = 0.9850, block 32 0.99249 x 0.99650 = 0.9890, block 64 0.98485 x 0.99380 = 0.9787.
+    assert "at most 2.7 % apart" in answer and "**Block 32** gives the most sequences times read speed" in answer
     assert at.query_params["ps_work"] == "Preset: Reference page, problem 4"
 
 
@@ -460,13 +460,13 @@ def test_page_size_study_by_hand():
     assert study.block_sizes == (1, 8, 16, 32, 64, 128, 256)
     assert study.waste_tokens == (0.0, 0.0, 8.0, 24.0, 24.0, 24.0, 24.0)
     assert study.utilisation[2] == pytest.approx(1000 / 1008)
-    # Score = utilisation x mean relative rate (run 11's rates; block 128 the fastest at both shapes,
-    # 4.2300 and 4.4381 TB/s): block 1 scores (4.1217/4.2300 + 4.3526/4.4381)/2 = 0.9776, block 8
-    # (4.1538/4.2300 + 4.3617/4.4381)/2 = 0.9824, block 16 0.99206 x (4.1930/4.2300 + 4.3702/4.4381)/2
-    # = 0.9801 and block 128 0.97656 x 1 = 0.9766; the widest spread is batch 8's 4.2300 / 4.1217
-    # (blocks 128 and 1).
+    # Score = utilisation x mean relative rate (run 12's rates; block 128 the fastest at both shapes,
+    # 4.1569 and 4.3453 TB/s): block 1 scores (4.0481/4.1569 + 4.2696/4.3453)/2 = 0.9782, block 8
+    # (4.0843/4.1569 + 4.2757/4.3453)/2 = 0.9833, block 16 0.99206 x (4.1201/4.1569 + 4.2848/4.3453)/2
+    # = 0.9808, block 32 0.97656 x 0.99650 = 0.9732 and block 128 0.97656 x 1 = 0.9766; the widest
+    # spread is batch 8's 4.1569 / 4.0481 (blocks 128 and 1).
     assert study.best_block == 8
-    assert study.rate_spread == pytest.approx(4.2300 / 4.1217 - 1, abs=1e-4)
+    assert study.rate_spread == pytest.approx(4.1569 / 4.0481 - 1, abs=1e-4)
 
 
 def test_whole_view_state_round_trips_through_the_url():
