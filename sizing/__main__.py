@@ -1,6 +1,6 @@
 """``python -m sizing``: see :mod:`sizing.cli`.
 
-``python -m sizing explain-log PATH|-`` parses a vLLM start-up log (:mod:`sizing.engine.cli`).
+``python -m sizing explain-log PATH|-`` parses a vLLM start-up log (:mod:`sizing.explain_cli`).
 ``python -m sizing plan ...`` is kept as an alias of ``python -m planner ...``. It is forwarded
 by module name, so the sizing library itself never imports the planner (which sits above it).
 """
@@ -12,7 +12,7 @@ from sizing.cli import main, models_main
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["explain-log"]:
-        from sizing.engine.cli import explain_main
+        from sizing.explain_cli import explain_main
 
         sys.exit(explain_main(sys.argv[2:]))
     if sys.argv[1:2] == ["plan"]:

@@ -1,5 +1,5 @@
-"""Engine options of ``python -m sizing`` (``--engine vllm`` and its settings) and the
-``python -m sizing explain-log PATH|-`` subcommand.
+"""Engine options of ``python -m sizing`` (``--engine vllm`` and its settings), which the
+``explain-log`` subcommand (:mod:`sizing.explain_cli`) shares.
 
 Per-GPU budgets here (``--kv-budget-gib-per-gpu``, ``--activation-gib``, ``--non-torch-gib``,
 ``--cuda-graph-gib``, ``--gpu-total-gib``) are what vLLM logs for one GPU; the sizer's own
@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 from inputs.bounds import Bound
-from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
-from inputs.uploads import dumps_strict, loads_json, read_capped, read_path_capped
+from inputs.cli import UsageError, arg_type, choice, help_range
+from inputs.uploads import loads_json, read_path_capped
 from sizing.engine.capacity import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     DEFAULT_MAX_NUM_SEQS,
@@ -28,12 +26,10 @@ from sizing.engine.capacity import (
     plan_engine,
 )
 from sizing.engine.deployment import EngineDeployment, recommend_deployment
-from sizing.engine.explain import explain_log
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
-from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
 from sizing.hf_config import MAX_CONFIG_BYTES
-from sizing.presets import DEFAULT_PRESET, get_preset, presets
+from sizing.presets import DEFAULT_PRESET
 from units import GiB
 
 ENGINES = ("vllm",)
@@ -83,7 +79,7 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_engine_flag: b
     group.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (their estimate becomes 0)")
 
 
-def _activation_from_config(path: Path) -> ActivationShape:
+def activation_from_config(path: Path) -> ActivationShape:
     config = loads_json(read_path_capped(str(path), MAX_CONFIG_BYTES, field="config"), field="config")
     if not isinstance(config, dict):
         raise UsageError("argument --config: the top level must be a JSON object")
@@ -97,7 +93,7 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
                                                                      "params"))
     if getattr(args, "config", None) is None and not manual:
         model = args.model or DEFAULT_PRESET
-    activation = _activation_from_config(args.config) if getattr(args, "config", None) is not None else None
+    activation = activation_from_config(args.config) if getattr(args, "config", None) is not None else None
     return EngineRequest(
         model=model, gpu=gpu, tp=args.tp, kv_dtype=args.kv_dtype, weights_total_bytes=weights_total_bytes,
         max_model_len=args.context, block_size=args.block_size,
@@ -153,64 +149,3 @@ def format_engine(output: EngineOutput) -> list[str]:
     if deployment.report is not None:
         lines += [f"  {deployment.report.launch_command}", f"  {deployment.report.launch_command_sglang}"]
     return lines
-
-
-# ---- explain-log ---------------------------------------------------------------------------
-PROG = "python -m sizing explain-log"
-
-
-def _explain_parser() -> argparse.ArgumentParser:
-    from sizing.cli import BLOCK_SIZE, CONTEXT, add_model_arguments, _tp_degree
-
-    parser = OneLineParser(prog=PROG, description="Parse a vLLM start-up log and reproduce its figures (JSON).")
-    parser.add_argument("path", metavar="PATH", help="the log file, or - for standard input")
-    add_model_arguments(parser)
-    group = parser.add_argument_group("settings the log may not state")
-    group.add_argument("--tp", type=_tp_degree, metavar="N", help="tensor-parallel size")
-    group.add_argument("--kv-dtype", type=choice(("bf16", "fp16", "fp32", "fp8")), metavar="{bf16,fp16,fp32,fp8}")
-    group.add_argument("--context", type=arg_type(CONTEXT), metavar="TOKENS", help="max_model_len")
-    group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), metavar="N")
-    group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS), metavar="N")
-    group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), metavar="N")
-    group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), metavar="{" + ",".join(GroupingRule) + "}")
-    return parser
-
-
-def _log_bytes(path: str) -> bytes:
-    if path == "-":
-        return read_capped(sys.stdin.buffer, MAX_LOG_BYTES, field="log")
-    return read_path_capped(path, MAX_LOG_BYTES, field="log")
-
-
-def explain_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sizing explain-log``: exit 0 with JSON, or 2 with one line naming the input."""
-    from sizing.cli import model_from_args, option_for_field
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-
-    def body() -> int:
-        args = _explain_parser().parse_args(argv)
-        parsed = parse_vllm_log(_log_bytes(args.path))
-        manual = any(getattr(args, n) is not None for n in ("layers", "q_heads", "kv_heads", "head_dim", "params"))
-        activation = None
-        if args.model is None and args.config is None and not manual:
-            preset = next((p for p in presets() if parsed.model and parsed.model.lower().startswith(p.repo.lower())),
-                          None)
-            if preset is None:
-                raise UsageError(f"argument --model: the log's model {parsed.model!r:.60} is not a preset; "
-                                 "give --model, --config or a manual shape")
-            model, activation = preset.shape, ActivationShape.from_config(preset.config)
-        else:
-            model = model_from_args(args)
-            if args.config is not None:
-                activation = _activation_from_config(args.config)
-            elif args.model is not None and not manual:
-                activation = ActivationShape.from_config(get_preset(args.model).config)
-        explanation = explain_log(parsed, model, activation=activation, tp=args.tp, kv_dtype=args.kv_dtype,
-                                  max_model_len=args.context, block_size=args.block_size,
-                                  max_num_batched_tokens=args.max_num_batched_tokens,
-                                  max_num_seqs=args.max_num_seqs, rule=args.engine_rule)
-        print(dumps_strict(explanation.as_dict(), indent=2))
-        return 0
-
-    return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from sizing.cli import build_parser, main
-from sizing.engine.cli import explain_main
+from sizing.explain_cli import explain_main
 from support.paths import ROOT
 from units import GiB
 

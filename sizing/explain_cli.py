@@ -1,0 +1,80 @@
+"""``python -m sizing explain-log PATH|-``: parse a vLLM start-up log and reproduce its figures
+(JSON), with the model given as for ``python -m sizing`` (a preset, a config, a Hub id or a
+manual shape) and the settings the log may not state as options.
+
+It sits above both CLIs: the model options come from :mod:`sizing.cli` and the engine's bounds
+from :mod:`sizing.engine.cli`, which therefore needs nothing from :mod:`sizing.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, run_cli
+from inputs.uploads import dumps_strict, read_capped, read_path_capped
+from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
+from sizing.engine.cli import BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config
+from sizing.engine.explain import explain_log
+from sizing.engine.groups import GroupingRule
+from sizing.engine.memory import ActivationShape
+from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
+from sizing.presets import get_preset, presets
+
+__all__ = ["explain_main"]
+
+PROG = "python -m sizing explain-log"
+
+
+def _explain_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog=PROG, description="Parse a vLLM start-up log and reproduce its figures (JSON).")
+    parser.add_argument("path", metavar="PATH", help="the log file, or - for standard input")
+    add_model_arguments(parser)
+    group = parser.add_argument_group("settings the log may not state")
+    group.add_argument("--tp", type=_tp_degree, metavar="N", help="tensor-parallel size")
+    group.add_argument("--kv-dtype", type=choice(("bf16", "fp16", "fp32", "fp8")), metavar="{bf16,fp16,fp32,fp8}")
+    group.add_argument("--context", type=arg_type(CONTEXT), metavar="TOKENS", help="max_model_len")
+    group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), metavar="N")
+    group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS), metavar="N")
+    group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), metavar="N")
+    group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), metavar="{" + ",".join(GroupingRule) + "}")
+    return parser
+
+
+def _log_bytes(path: str) -> bytes:
+    if path == "-":
+        return read_capped(sys.stdin.buffer, MAX_LOG_BYTES, field="log")
+    return read_path_capped(path, MAX_LOG_BYTES, field="log")
+
+
+def explain_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sizing explain-log``: exit 0 with JSON, or 2 with one line naming the input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+
+    def body() -> int:
+        args = _explain_parser().parse_args(argv)
+        parsed = parse_vllm_log(_log_bytes(args.path))
+        manual = any(getattr(args, n) is not None for n in ("layers", "q_heads", "kv_heads", "head_dim", "params"))
+        activation = None
+        if args.model is None and args.config is None and not manual:
+            preset = next((p for p in presets() if parsed.model and parsed.model.lower().startswith(p.repo.lower())),
+                          None)
+            if preset is None:
+                raise UsageError(f"argument --model: the log's model {parsed.model!r:.60} is not a preset; "
+                                 "give --model, --config or a manual shape")
+            model, activation = preset.shape, ActivationShape.from_config(preset.config)
+        else:
+            model = model_from_args(args)
+            if args.config is not None:
+                activation = activation_from_config(args.config)
+            elif args.model is not None and not manual:
+                activation = ActivationShape.from_config(get_preset(args.model).config)
+        explanation = explain_log(parsed, model, activation=activation, tp=args.tp, kv_dtype=args.kv_dtype,
+                                  max_model_len=args.context, block_size=args.block_size,
+                                  max_num_batched_tokens=args.max_num_batched_tokens,
+                                  max_num_seqs=args.max_num_seqs, rule=args.engine_rule)
+        print(dumps_strict(explanation.as_dict(), indent=2))
+        return 0
+
+    return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))
