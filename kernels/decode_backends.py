@@ -24,9 +24,10 @@ from typing import Callable
 import torch
 
 from kernels.decode_config import FP8_DTYPE
+from kernels.decode_checks import on_16_byte_grid
 from kernels.int4_cache import Int4Pool
 from kernels.paged_decode_gluon import gluon_decode_available
-from kernels.rdq_config import MAX_RDQ_GROUP, RdqConfig, pools_on_16_byte_grid
+from kernels.rdq_config import MAX_RDQ_GROUP, RdqConfig
 
 __all__ = ["FP8_BACKENDS", "INT4_BACKENDS", "RDQ_TIMED_HEAD_DIMS", "choose_backend", "rdq_preferred",
            "default_rdq_config"]
@@ -50,7 +51,7 @@ def choose_backend(backend: str, triton_options: bool, preferred: Callable[[], b
 
 def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor | Int4Pool) -> bool:
     """Whether ``backend="auto"`` takes the rdq kernel for these (shape-checked) inputs: an FP8 or
-    INT4 cache on the 16-byte grid the kernel copies by (:func:`kernels.rdq_config.pools_on_16_byte_grid`;
+    INT4 cache on the 16-byte grid the kernel copies by (:func:`kernels.decode_checks.on_16_byte_grid`;
     the Triton kernel reads any view), a timed head dim, at most 16 query heads per KV head, and a
     Hopper GPU with Gluon."""
     if isinstance(k, Int4Pool) and isinstance(v, Int4Pool):
@@ -62,7 +63,7 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor |
     n_kv_heads = pools[0].shape[1]
     if q.shape[2] not in RDQ_TIMED_HEAD_DIMS or q.shape[1] // n_kv_heads > MAX_RDQ_GROUP:
         return False
-    if not pools_on_16_byte_grid(*pools):
+    if not on_16_byte_grid(*pools):
         return False
     return gluon_decode_available()
 

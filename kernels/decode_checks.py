@@ -13,7 +13,8 @@ from kernels.int4_cache import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool
 from kernels.runtime import interpreter_active
 
 __all__ = ["check_tensor", "check_shapes", "check_strides", "check_scale", "check_values",
-           "check_int4_inputs", "SUPPORTED_HEAD_DIMS", "Q_DTYPES", "KV_DTYPES", "MAX_BLOCK_SIZE"]
+           "check_int4_inputs", "on_16_byte_grid", "check_16_byte_grid", "SUPPORTED_HEAD_DIMS", "Q_DTYPES",
+           "KV_DTYPES", "MAX_BLOCK_SIZE"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
 Q_DTYPES = (torch.bfloat16, torch.float16)
@@ -165,3 +166,24 @@ def check_int4_inputs(q, k: Int4Pool, v: Int4Pool, block_tables, seq_lens) -> No
                          f"must have {batch} rows (q dim 0)")
     if q.stride(-1) != 1 or block_tables.stride(-1) != 1:
         raise ValueError("q and block_tables need a contiguous last dim")
+
+
+def on_16_byte_grid(*pools: torch.Tensor) -> bool:
+    """Whether KV pools (``[blocks, heads, page, row]``: bf16/FP8 caches, INT4 code bytes) start on
+    a 16-byte boundary with block, head and token strides that are multiples of 16 bytes. The
+    Gluon kernels copy pages by 16-byte ``cp.async`` runs and the rdq kernel also loads 32-bit
+    words; the JIT compiles a pool off that grid (an offset slice, odd strides) as aligned to its
+    element only, which ``cp.async`` cannot copy. The Triton kernels read any view."""
+    return all(p.data_ptr() % 16 == 0 and all(s * p.element_size() % 16 == 0 for s in p.stride()[:3])
+               for p in pools)
+
+
+def check_16_byte_grid(kernel: str, names: str, first: torch.Tensor, second: torch.Tensor) -> None:
+    """Raise unless both pools are :func:`on_16_byte_grid`, naming them and ``kernel``."""
+    if not on_16_byte_grid(first, second):
+        strides = [tuple(s * t.element_size() for s in t.stride()[:3]) for t in (first, second)]
+        raise ValueError(f"{names} must start on a 16-byte boundary with block, head and token strides that are "
+                         f"multiples of 16 bytes for the {kernel} (it copies 16-byte runs); got addresses "
+                         f"{first.data_ptr() % 16} and {second.data_ptr() % 16} bytes past it, strides (bytes) "
+                         f"{strides[0]} and {strides[1]}; pass .clone() copies, or take the Triton kernel "
+                         f"(backend='triton')")

@@ -41,7 +41,7 @@ import dataclasses
 
 import torch
 
-from kernels.decode_checks import check_shapes, check_strides, check_values
+from kernels.decode_checks import check_16_byte_grid, check_shapes, check_strides, check_values
 from kernels.decode_launch import (
     SplitPlan,
     check_call_options,
@@ -378,10 +378,11 @@ if _HAVE_GLUON:
 # ----------------------------------------------------------------------------------------------
 
 
-def _check_gluon_inputs(q: torch.Tensor, k_cache: torch.Tensor) -> None:
+def _check_gluon_inputs(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
     """What this kernel refuses beyond the shared checks (each error names the argument)."""
     if k_cache.dtype not in _KV_DTYPES:
         raise ValueError(f"k_cache dtype must be bfloat16 or float16 for the Gluon decode kernel, got {k_cache.dtype}")
+    check_16_byte_grid("Gluon decode kernel", "k_cache and v_cache", k_cache, v_cache)
     head_dim = q.shape[2]
     if head_dim not in GLUON_DECODE_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {GLUON_DECODE_HEAD_DIMS} for the Gluon decode kernel, got {head_dim}")
@@ -484,7 +485,7 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, num_splits, config, va
     key = None if sig is None else ("gluon", *sig)
     checked_once(key, lambda: (check_shapes(q, k_cache, v_cache, block_tables, seq_lens),
                                check_strides(q, k_cache, v_cache, block_tables, seq_lens),
-                               _check_gluon_inputs(q, k_cache)))
+                               _check_gluon_inputs(q, k_cache, v_cache)))
     cfg = config or GLUON_DECODE_CONFIGS[0]
     batch, n_q_heads, head_dim = q.shape
     num_blocks, n_kv_heads, block_size, _ = k_cache.shape

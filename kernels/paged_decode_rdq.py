@@ -74,10 +74,10 @@ from kernels.decode_merge import merge_splits, pdl_merge
 from kernels.direct_launch import DirectLauncher
 from kernels.online_softmax import LOG2_E
 from kernels.paged_decode_gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
-from kernels.decode_checks import check_int4_inputs
+from kernels.decode_checks import check_16_byte_grid, check_int4_inputs
 from kernels.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,
                                  word_layout_bases)
-from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig, pools_on_16_byte_grid,
+from kernels.rdq_config import (MAX_RDQ_GROUP, RDQ_CONFIGS, RDQ_FORMATS, RdqConfig,
                                 rdq_shared_bytes, uses_register_prefetch)
 from kernels.rdq_swap import attend_swapped, swapped_heads
 
@@ -397,13 +397,7 @@ def _check_rdq_inputs(q, k, v, block_tables, seq_lens) -> str:
                              f"got {k.dtype} and {v.dtype}")
         fmt, n_kv_heads = "fp8", k.shape[1]
     codes = (k.data, v.data) if fmt == "int4" else (k, v)
-    if not pools_on_16_byte_grid(*codes):
-        names = "k.data and v.data" if fmt == "int4" else "k and v"
-        raise ValueError(f"{names} must start on a 16-byte boundary with block, head and token strides that are "
-                         f"multiples of 16 bytes for the rdq decode kernel (it copies 16-byte runs); got addresses "
-                         f"{codes[0].data_ptr() % 16} and {codes[1].data_ptr() % 16} bytes past it, strides "
-                         f"{tuple(codes[0].stride()[:3])} and {tuple(codes[1].stride()[:3])}; pass .clone() copies, "
-                         f"or take the Triton kernel (backend='triton')")
+    check_16_byte_grid("rdq decode kernel", "k.data and v.data" if fmt == "int4" else "k and v", *codes)
     if q.shape[2] not in GLUON_DECODE_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {GLUON_DECODE_HEAD_DIMS} for the rdq decode kernel, got {q.shape[2]}")
     if q.shape[1] // n_kv_heads > MAX_RDQ_GROUP:

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "pools_on_16_byte_grid",
-           "rdq_shared_bytes"]
+__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "uses_register_prefetch", "rdq_shared_bytes"]
 
 RDQ_FORMATS = ("int4", "fp8")
 MAX_RDQ_GROUP = 16  # query heads per KV head: the MMA's 16 rows
@@ -112,15 +111,6 @@ def uses_register_prefetch(cfg: RdqConfig, fmt: str, block_size: int) -> bool:
     """Whether a call runs ``cfg``'s register prefetch: asked for, INT4, the swapped design and
     pages of at least a tile (a tile's words then come from one page); the ring otherwise."""
     return cfg.reg_prefetch and cfg.swap_ab and fmt == "int4" and block_size >= cfg.block_n
-
-
-def pools_on_16_byte_grid(*pools) -> bool:
-    """Whether byte pools (``[blocks, heads, page, row bytes]``: INT4 codes, FP8 caches) start on
-    a 16-byte boundary with block, head and token strides (bytes) that are multiples of 16: what
-    the rdq kernel reads them by, 16-byte ``cp.async`` runs and 32-bit words. The JIT compiles a
-    pool off that grid (an offset slice, odd strides) as byte-aligned, which ``cp.async`` cannot
-    copy, so the kernel takes only pools on it."""
-    return all(p.data_ptr() % 16 == 0 and all(s % 16 == 0 for s in p.stride()[:3]) for p in pools)
 
 
 def rdq_shared_bytes(cfg: RdqConfig, head_dim: int, fmt: str, block_size: int) -> int:

@@ -212,7 +212,7 @@ if _HAVE_GLUON:
     @gluon.jit
     def _word_pools(k_head_ptr, v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt):
         """A KV head's code pools as 32-bit words: ``(k, v, k block and token strides, v's)``, the
-        strides in words (the pools are on the 16-byte grid: :func:`kernels.rdq_config.pools_on_16_byte_grid`)."""
+        strides in words (the pools are on the 16-byte grid: :func:`kernels.decode_checks.on_16_byte_grid`)."""
         return (k_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
                 v_head_ptr.to(gl.pointer_type(gl.int32), bitcast=True),
                 stride_kb // 4, stride_kt // 4, stride_vb // 4, stride_vt // 4)

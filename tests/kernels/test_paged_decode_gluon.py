@@ -150,6 +150,21 @@ def test_refuses_fp8_even_after_the_triton_kernel_took_it():
         gluon_paged_decode(q, c8.k_cache, c8.v_cache, c8.block_tables, c8.seq_lens)
 
 
+def test_refuses_a_cache_off_the_16_byte_grid_but_the_triton_kernel_reads_it():
+    # Its cp.async copies move 16-byte runs; a view 2 bytes (one bf16) past the grid would not compile.
+    q, c = _case([5, 40])
+    buf = torch.zeros(2, c.k_cache.numel() + 8, dtype=c.k_cache.dtype)
+    k, v = (buf[i, 1:1 + c.k_cache.numel()].view(c.k_cache.shape) for i in range(2))
+    k.copy_(c.k_cache)
+    v.copy_(c.v_cache)
+    assert k.stride() == c.k_cache.stride() and k.data_ptr() % 16 == 2
+    with pytest.raises(ValueError, match="k_cache and v_cache must start on a 16-byte boundary .* got addresses 2 and "):
+        gluon_paged_decode(q, k, v, c.block_tables, c.seq_lens)
+    out = paged_decode_attention(q, k, v, c.block_tables, c.seq_lens)
+    ref = paged_attention_reference(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
+    assert (out.float() - ref).abs().max().item() <= tolerance("paged_decode", "bf16").atol
+
+
 def test_refuses_a_foreign_config():
     q, c = _case([5])
     with pytest.raises(ValueError, match="config must be a GluonDecodeConfig"):

@@ -222,7 +222,7 @@ def test_the_swapped_design_stores_its_partials_in_vectors(sm90_builds):
 
 
 def test_the_16_byte_grid_by_hand():
-    from kernels.rdq_config import pools_on_16_byte_grid
+    from kernels.decode_checks import on_16_byte_grid as pools_on_16_byte_grid
 
     pool = torch.zeros(8, 2, 16, 64, dtype=torch.uint8)  # [blocks, heads, page, RB]: strides 2048, 1024, 64
     assert pools_on_16_byte_grid(pool, pool[2:])  # a whole-block slice keeps every address 16-aligned
@@ -231,6 +231,9 @@ def test_the_16_byte_grid_by_hand():
     assert not pools_on_16_byte_grid(pool, torch.zeros(8, 2, 16, 72, dtype=torch.uint8)[..., :64])  # stride 72
     shifted = torch.zeros(pool.numel() + 16, dtype=torch.uint8)[4:4 + pool.numel()].view(pool.shape)
     assert shifted.stride() == pool.stride() and not pools_on_16_byte_grid(shifted)  # 4 bytes off
+    # Strides count in bytes: a bf16 cache with 8-value rows has a 16-byte token stride, 4 values 8.
+    assert pools_on_16_byte_grid(torch.zeros(4, 2, 16, 8, dtype=torch.bfloat16))
+    assert not pools_on_16_byte_grid(torch.zeros(4, 2, 16, 4, dtype=torch.bfloat16))
 
 
 def _off_grid(t):
