@@ -152,8 +152,8 @@ def test_refuses_fp8_even_after_the_triton_kernel_took_it():
 
 def test_refuses_a_cache_off_the_16_byte_grid_but_the_triton_kernel_reads_it():
     # Its cp.async copies move 16-byte runs; a view 2 bytes (one bf16) past the grid would not compile.
-    q, c = _case([5, 40])
-    buf = torch.zeros(2, c.k_cache.numel() + 8, dtype=c.k_cache.dtype)
+    q, c = _case([5, 40], device="cuda" if torch.cuda.is_available() else "cpu")
+    buf = torch.zeros(2, c.k_cache.numel() + 8, dtype=c.k_cache.dtype, device=q.device)
     k, v = (buf[i, 1:1 + c.k_cache.numel()].view(c.k_cache.shape) for i in range(2))
     k.copy_(c.k_cache)
     v.copy_(c.v_cache)
