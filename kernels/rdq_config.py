@@ -87,7 +87,8 @@ class RdqConfig:
 # block-table entry read a tile earlier, 2.68 with vector output stores (the ring 2.44-2.45 in the
 # same calls); uncapped (132 registers, 15 per SM) 1.62: ptxas sinks the next tile's loads to the
 # end of the loop body. Unrolled by two at the cap it spills (48 bytes): not a candidate. bf16
-# partials (the last entry): prepared, not yet timed.
+# partials (the last entry, round 23): 2.810 against 2.802, and as called 92.4 against 92.2 us at
+# batch 8 x 32K 64/8: no gain. Caps of 96-120 registers (17-21 programs per SM) spill: 1.81-1.98.
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),

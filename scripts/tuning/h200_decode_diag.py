@@ -286,7 +286,7 @@ def b1_rows() -> list[dict]:
 NOMERGE_SHAPES = [(8, 32768, 64), (8, 32768, 32), (32, 16384, 64)]
 
 
-# ``nomerge``: merge-kernel launches (head dims per program or None for all, warps).
+# ``nomerge``: merge-kernel launches (head dims per program, warps).
 MERGE_VARIANTS = ((128, 4), (64, 2), (64, 1), (32, 1), (32, 2), (16, 1))
 # ``b1merge``: bf16 and INT4 calls at batch 1 (many splits, few merge programs), as called with
 # each merge launch forced on every kernel's merge.

@@ -20,6 +20,7 @@ from kernels.int4_cache import quantize_int4
 from kernels.paged_cache import build_paged_cache, quantize_fp8
 from kernels.paged_decode import paged_decode_attention
 from kernels.paged_decode_gluon import gluon_decode_available
+from support.views import off_grid
 from kernels.paged_decode_int4 import paged_decode_int4
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,8 +54,7 @@ def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
     fp8, int4 = quantize_fp8(c), quantize_int4(c)
     assert rdq_preferred(q, fp8.k_cache, fp8.v_cache) == gluon_decode_available()
     assert rdq_preferred(q, int4.k, int4.v) == gluon_decode_available()
-    off_grid = torch.zeros(int4.k.data.numel() + 16, dtype=torch.uint8)[4:4 + int4.k.data.numel()]
-    shifted = dataclasses.replace(int4.k, data=off_grid.view(int4.k.data.shape))
+    shifted = dataclasses.replace(int4.k, data=off_grid(int4.k.data))
     assert not rdq_preferred(q, shifted, int4.v)  # 4 bytes off the grid the rdq kernel copies by
     q64, c64 = _cache([40], d=64, device="cpu")
     i64 = quantize_int4(c64)

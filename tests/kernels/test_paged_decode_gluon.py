@@ -27,6 +27,7 @@ from kernels.paged_decode_gluon import (
 from kernels.paged_reference import paged_attention_reference
 from kernels.tolerances import tolerance
 from support.compiled import rows_from_child
+from support.views import off_grid
 
 TOLERANCE = {torch.bfloat16: tolerance("paged_decode", "bf16").atol, torch.float16: tolerance("paged_decode", "fp16").atol}
 
@@ -153,10 +154,7 @@ def test_refuses_fp8_even_after_the_triton_kernel_took_it():
 def test_refuses_a_cache_off_the_16_byte_grid_but_the_triton_kernel_reads_it():
     # Its cp.async copies move 16-byte runs; a view 2 bytes (one bf16) past the grid would not compile.
     q, c = _case([5, 40], device="cuda" if torch.cuda.is_available() else "cpu")
-    buf = torch.zeros(2, c.k_cache.numel() + 8, dtype=c.k_cache.dtype, device=q.device)
-    k, v = (buf[i, 1:1 + c.k_cache.numel()].view(c.k_cache.shape) for i in range(2))
-    k.copy_(c.k_cache)
-    v.copy_(c.v_cache)
+    k, v = off_grid(c.k_cache, 2), off_grid(c.v_cache, 2)
     assert k.stride() == c.k_cache.stride() and k.data_ptr() % 16 == 2
     with pytest.raises(ValueError, match="k_cache and v_cache must start on a 16-byte boundary .* got addresses 2 and "):
         gluon_paged_decode(q, k, v, c.block_tables, c.seq_lens)

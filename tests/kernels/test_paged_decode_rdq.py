@@ -50,6 +50,7 @@ from kernels.rdq_layouts import (
 )
 from kernels.tolerances import tolerance
 from support.compiled import rows_from_child
+from support.views import off_grid
 
 needs_hopper = pytest.mark.skipif(not rdq_available(), reason="needs Gluon and a CUDA device of capability 9.x")
 
@@ -229,27 +230,19 @@ def test_the_16_byte_grid_by_hand():
     wide = torch.zeros(8, 2, 16, 65, dtype=torch.uint8)[..., 1:]  # offset by a byte, token stride 65
     assert wide.stride(-1) == 1 and not pools_on_16_byte_grid(wide)
     assert not pools_on_16_byte_grid(pool, torch.zeros(8, 2, 16, 72, dtype=torch.uint8)[..., :64])  # stride 72
-    shifted = torch.zeros(pool.numel() + 16, dtype=torch.uint8)[4:4 + pool.numel()].view(pool.shape)
+    shifted = off_grid(pool)
     assert shifted.stride() == pool.stride() and not pools_on_16_byte_grid(shifted)  # 4 bytes off
     # Strides count in bytes: a bf16 cache with 8-value rows has a 16-byte token stride, 4 values 8.
     assert pools_on_16_byte_grid(torch.zeros(4, 2, 16, 8, dtype=torch.bfloat16))
     assert not pools_on_16_byte_grid(torch.zeros(4, 2, 16, 4, dtype=torch.bfloat16))
 
 
-def _off_grid(t):
-    """``t``'s values in a view 4 bytes past a 16-byte boundary (a slice of a larger buffer)."""
-    buf = torch.zeros(t.numel() + 16, dtype=torch.uint8, device=t.device)
-    view = buf[4:4 + t.numel()].view(t.shape)
-    view.copy_(t.view(torch.uint8))
-    return view.view(t.dtype)
-
-
 def _shifted(c):
     """The case's K and V code pools (INT4) or caches (FP8) moved off the 16-byte grid."""
     if hasattr(c, "k"):
-        return dataclasses.replace(c, k=dataclasses.replace(c.k, data=_off_grid(c.k.data)),
-                                   v=dataclasses.replace(c.v, data=_off_grid(c.v.data)))
-    return dataclasses.replace(c, k_cache=_off_grid(c.k_cache), v_cache=_off_grid(c.v_cache))
+        return dataclasses.replace(c, k=dataclasses.replace(c.k, data=off_grid(c.k.data)),
+                                   v=dataclasses.replace(c.v, data=off_grid(c.v.data)))
+    return dataclasses.replace(c, k_cache=off_grid(c.k_cache), v_cache=off_grid(c.v_cache))
 
 
 @pytest.mark.parametrize("fmt", ["int4", "fp8"])
