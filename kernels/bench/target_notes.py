@@ -19,24 +19,26 @@ TARGET_LIMITS: dict[str, str] = {
         "grid does not fill the SMs or the block loads are too short to keep enough bytes in flight.",
     "decode_large_vs_cudnn":
         "cuDNN reads each head's KV as one contiguous run; this kernel gathers 4 KiB pages through the "
-        "block table. On the H200 about half of the 2-3 % gap is that access pattern (the same kernel "
-        "over the same pool with its tables in order, or laid out as cuDNN reads it, reaches "
-        "0.985-0.990x; tables shuffled only within 2 MiB recover half of it, so address translation "
-        "is part of it) and half the kernel itself; copying the pages by TMA, deeper pipelines, "
-        "cuDNN's own plan (one CTA per head and sequence, 128-token tiles), prefetching pages ahead, "
-        "cache hints and every tile, warp, stage and split count tried: none passes 0.975x at batch "
-        "32 x 16K, the worst shape, or 0.99x at batch 8 x 32K.",
+        "block table. On the H200 a kernel that only reads the same pages (every K and V word once, no "
+        "arithmetic) takes as long as cuDNN's whole attention at batch 32 x 16K, the worst shape: 0.999x "
+        "at best over ~125 tile, warp, depth, split and page-width variants (1.01-1.03x at batch 8 x 32K "
+        "and 128 x 4K). So the target asks for attention at the memory system's read rate for this "
+        "access pattern, and this kernel runs 2-3 % under that read (0.97x). TMA copies, deeper "
+        "pipelines, cuDNN's own plan, prefetching pages ahead, cache hints and more splits (their "
+        "partials and merge cost more than the extra programs win) did not close it.",
     "decode_large_vs_gather":
         "Gather-then-SDPA writes and re-reads a contiguous copy (3x the bytes); a ratio below the "
         "target means the kernel itself runs far under the bandwidth limit.",
     "decode_b1_32k_vs_cudnn":
         "At batch 1 only 8 KV heads exist, so the context is split 66 ways and merged by a second "
-        "kernel, as cuDNN also does (32 splits and a reduction kernel). The kernel streams ~4 % slower "
-        "than cuDNN and its fixed part is ~1.5 us longer; reading cuDNN's own contiguous pattern "
-        "recovers 1-2 % of it. The merge kernel cut along the head dim (32 dims a program) took ~1 us "
-        "off (0.93 to 0.95x); a merge inside the split kernel (one program reads 66 partials in "
-        "series: 0.87x), other split counts, tile/warp/stage configs up to 8 stages, TMA copies and "
-        "cache hints were tried: 0.77-0.95x of cuDNN.",
+        "kernel, as cuDNN also does (32 splits and a reduction kernel). The split kernel alone runs at "
+        "0.99-1.01x of cuDNN's whole call, and the merge adds ~2 us (0.95x). A kernel that only reads the "
+        "pages is 1.13-1.16x, but a split kernel's own start (each sequence's length read before its "
+        "range is known) and end (its partials) bring even that read to 0.97-1.06x. With the merge, a "
+        "split kernel of zero arithmetic cost would tie. Merging in the split kernel, other split "
+        "counts, tile, warp and stage configs, TMA copies and cache hints gave 0.77-0.96x. A merge "
+        "through a thread-block cluster's shared memory, which Triton 3.6 does not expose, is what "
+        "leaves room.",
     "decode_fp8_vs_bf16":
         "On Hopper FP8 runs the register-dequant warp-MMA kernel (e4m3 converted in registers straight "
         "into 16x8 MMA operands, query heads as the MMA's N, query in fp16), split for one wave of 4 "
