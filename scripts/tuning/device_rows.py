@@ -23,7 +23,7 @@ from pathlib import Path
 from inputs.uploads import dumps_strict
 
 __all__ = ["finite", "error_text", "emit", "run_rows", "add_child_options", "run_child", "decode_shape_inputs",
-           "quantized_pools", "next_inputs", "cudnn_call", "config_row", "write_report", "ROOT"]
+           "quantized_pools", "next_inputs", "cudnn_call", "config_row", "write_report", "parts_main", "ROOT"]
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: where ``-m scripts...`` resolves
 
@@ -185,3 +185,28 @@ def write_report(path: str, module: str, rows: list[dict], **extra) -> None:
     with open(path, "w") as f:
         f.write(dumps_strict({"provenance": dataclasses.asdict(environment(f"python3 -m {module}")), "rows": rows,
                               **extra}, indent=1))
+
+
+def parts_main(doc: str, module: str, parts: dict[str, Callable[[], list[dict]]], default: str,
+               argv: list[str] | None = None) -> int:
+    """The command line of a script made of named parts (each a function returning rows):
+    ``--parts`` picks them (comma-separated, run in ``parts``' order), ``--json`` writes their rows
+    with :func:`write_report` as ``python3 -m module``; ``doc``'s first line describes it."""
+    import argparse
+
+    import torch
+
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
+    p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
+    p.add_argument("--parts", default=default, help="comma-separated: " + ", ".join(parts))
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA GPU")
+    chosen = args.parts.split(",")
+    unknown = sorted(set(chosen) - set(parts))
+    if unknown:
+        p.error(f"unknown parts: {', '.join(unknown)}")
+    rows = [row for name, part_rows in parts.items() if name in chosen for row in part_rows()]
+    if args.json:
+        write_report(args.json, module, rows)
+    return 0

@@ -19,11 +19,9 @@ Nothing runs at import.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from scripts.tuning.device_rows import config_row, cudnn_call, decode_shape_inputs, next_inputs, write_report
+from scripts.tuning.device_rows import config_row, cudnn_call, decode_shape_inputs, next_inputs, parts_main
 
 PATTERN_SHAPES = [(32, 16384, 64), (8, 32768, 64), (1, 32768, 32)]
 
@@ -121,20 +119,7 @@ PARTS = {"pattern": pattern_rows, "large": large_rows}
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", metavar="PATH", help="write the rows as JSON to PATH")
-    p.add_argument("--parts", default="pattern,large", help="comma-separated: " + ", ".join(PARTS))
-    args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        p.error("needs a CUDA GPU")
-    parts = args.parts.split(",")
-    unknown = sorted(set(parts) - set(PARTS))
-    if unknown:
-        p.error(f"unknown parts: {', '.join(unknown)}")
-    rows = [row for name, part_rows in PARTS.items() if name in parts for row in part_rows()]
-    if args.json:
-        write_report(args.json, "scripts.tuning.h200_bf16_gap", rows)
-    return 0
+    return parts_main(__doc__, "scripts.tuning.h200_bf16_gap", PARTS, "pattern,large", argv)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,9 @@ Nothing runs at import.
 
 from __future__ import annotations
 
-import argparse
-
 import torch
 
-from scripts.tuning.device_rows import cudnn_call, decode_shape_inputs, next_inputs, write_report
+from scripts.tuning.device_rows import cudnn_call, decode_shape_inputs, next_inputs, parts_main
 from scripts.tuning.read_floor_kernels import expected_fold, head_major, paged_read, paged_read_wide, xor_rows
 
 SHAPES = [(32, 16384, 64), (8, 32768, 64), (128, 4096, 64), (1, 32768, 64), (1, 131072, 32)]
@@ -112,7 +110,6 @@ def floor_rows() -> list[dict]:
                     call = _rotating(paged_read, k, v, tables, ctx, splits, cfg, (batch, 8, splits))
                     rows.append(_read_row(call, n_rot, dict(part="floor", shape=label, what=f"read, {name}",
                                                             config="%d/%d/%d x%d" % (*cfg, splits)), ref, kv_bytes))
-            k = v = tables = None
         x = in_order = None
         torch.cuda.empty_cache()
     return rows
@@ -233,18 +230,7 @@ PARTS = {"floor": floor_rows, "splits": split_rows, "wide": wide_rows, "b1parts"
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--parts", default="floor", help="comma-separated: " + ", ".join(PARTS))
-    p.add_argument("--json", help="write the rows here (strict JSON)")
-    args = p.parse_args(argv)
-    parts = args.parts.split(",")
-    unknown = sorted(set(parts) - set(PARTS))
-    if unknown:
-        p.error(f"unknown parts: {unknown}")
-    rows = [row for name, part_rows in PARTS.items() if name in parts for row in part_rows()]
-    if args.json:
-        write_report(args.json, "scripts.tuning.h200_read_floor", rows)
-    return 0
+    return parts_main(__doc__, "scripts.tuning.h200_read_floor", PARTS, "floor", argv)
 
 
 if __name__ == "__main__":
