@@ -16,7 +16,8 @@ HARDWARE = Path(__file__).resolve().parents[2] / "hardware"
 
 
 def test_gpu_catalogue():
-    assert len(GPU_IDS) == 12
+    # 12 original entries, then 11 added with their driver-reported totals (A10 … RTX 3090).
+    assert len(GPU_IDS) == 23 and GPU_IDS[:2] == ("h100-sxm", "h100-pcie")
     assert get_gpu("h100-sxm").memory_bytes == 80 * GB and get_gpu("h100-sxm").bandwidth_tbs == 3.35
     assert get_gpu("h200").memory_bytes == 141 * GB and get_gpu("h200").bandwidth_tbs == 4.8
     assert get_gpu("jetson-agx-orin-64gb").shared_memory
