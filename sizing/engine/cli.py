@@ -28,6 +28,7 @@ from sizing.engine.capacity import (
 from sizing.engine.deployment import EngineDeployment, recommend_deployment
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
+from sizing.errors import SizingError
 from sizing.hf_config import MAX_CONFIG_BYTES
 from sizing.presets import DEFAULT_PRESET
 from units import GiB
@@ -108,24 +109,42 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
 
 @dataclass(frozen=True, kw_only=True)
 class EngineOutput:
-    """Engine mode's answer: the report at the asked TP and the recommended deployment."""
+    """Engine mode's answer: the report at the asked TP (None when that TP leaves no room for a
+    KV block beside the weights; ``refused`` then says why) and the recommended deployment."""
 
-    report: EngineReport
+    report: EngineReport | None
     deployment: EngineDeployment
+    refused: str = ""
 
     def to_dict(self) -> dict:
-        return {**self.report.to_dict(), "engine_deployment": self.deployment.as_dict()}
+        at_tp = self.report.to_dict() if self.report is not None else {
+            "engine": "vllm", "engine_fits_at_tp": False, "engine_refused_at_tp": self.refused}
+        return {**at_tp, "engine_deployment": self.deployment.as_dict()}
 
 
 def run_engine(request: EngineRequest) -> EngineOutput:
-    """:func:`plan_engine` at the request's TP, then the recommendation over every TP."""
-    report = plan_engine(request)
-    return EngineOutput(report=report, deployment=recommend_deployment(request))
+    """:func:`plan_engine` at the request's TP, then the recommendation over every TP.
+
+    A TP whose weights leave no room for one KV block is not an error: the output says so and the
+    recommendation names the TP that serves the users. A measured budget that holds no block
+    (``--kv-budget-gib-per-gpu``) still is, since the user's own figure is what is wrong.
+    """
+    deployment = recommend_deployment(request)
+    try:
+        report = plan_engine(request)
+    except SizingError as exc:
+        if exc.field != "gpu_memory_utilization":
+            raise
+        return EngineOutput(report=None, deployment=deployment,
+                            refused=f"TP {request.tp} cannot serve this model: vLLM's memory profile {exc.message}")
+    return EngineOutput(report=report, deployment=deployment)
 
 
 def format_engine(output: EngineOutput) -> list[str]:
     """Readable lines for the table output."""
     report, deployment = output.report, output.deployment
+    if report is None:
+        return ["", f"Engine (vLLM, per GPU): {output.refused}.", *_recommended_lines(deployment)]
     p, layout = report.profile, report.layout
     lines = ["", f"Engine (vLLM, per GPU, grouping rule {layout.rule}):"]
     for term in p.terms:
@@ -144,8 +163,12 @@ def format_engine(output: EngineOutput) -> list[str]:
                      f"{report.required_gpu_memory_utilization:g}")
     lines += [f"  smallest TP at which one replica holds all users: {report.smallest_tp}", "", f"  {report.launch_command}",
               f"  {report.launch_command_sglang}", *(f"  note: {n}" for n in report.notes)]
-    lines += ["", f"Recommended deployment for {deployment.users:,} users (whole TP replicas, engine figures): "
-                  f"{deployment.summary}"]
+    return lines + _recommended_lines(deployment)
+
+
+def _recommended_lines(deployment: EngineDeployment) -> list[str]:
+    lines = ["", f"Recommended deployment for {deployment.users:,} users (whole TP replicas, engine figures): "
+                 f"{deployment.summary}"]
     if deployment.report is not None:
         lines += [f"  {deployment.report.launch_command}", f"  {deployment.report.launch_command_sglang}"]
     return lines

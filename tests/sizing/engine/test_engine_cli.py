@@ -95,3 +95,28 @@ def test_a_100_mb_paste_is_refused_by_size_after_reading_only_the_cap(tmp_path):
         out.truncate(100 * 2**20)  # a sparse 100 MB file
     code, _, err = _run(explain_main, [str(big), "--model", "llama-3.1-8b"])
     assert code == 2 and "limit" in err
+
+
+def test_a_tp_that_cannot_hold_the_weights_is_reported_and_a_tp_recommended():
+    # Llama-3.1-70B in bf16 (the CLI's default weights): 70.6e9 × 2 B = 141.2 GB, more than one
+    # H100's 79.22 GiB × 0.9 = 71.3 GiB, so the default TP 1 holds no KV block. That is the question
+    # the recommendation answers, not a usage error.
+    code, out, err = _run(main, ["--json", "--engine", "vllm", "--model", "llama-3.1-70b", "--kv-dtype", "fp8",
+                                 "--users", "100"])
+    assert code == 0 and err == ""
+    data = json.loads(out)
+    assert data["engine_fits_at_tp"] is False and data["engine_refused_at_tp"].startswith("TP 1 cannot serve")
+    best = data["engine_deployment"]
+    # At TP 2 the weights take 70.6 GB = 65.75 GiB per GPU, leaving under 4 GiB after the profile:
+    # one 32K request (32,768 × 80 layers × 4 KV heads × 128 × 2 × 1 B = 2.5 GiB), so 100 replicas.
+    # TP 4 leaves about 38 GiB, 15 requests or more per replica: far fewer GPUs.
+    assert best["tp"] > 1 and best["gpus"] == best["tp"] * best["replicas"]
+    assert best["replicas"] * best["users_per_replica"] >= 100
+    assert f"--tensor-parallel-size {best['tp']} " in best["launch_command"]
+    code, out, _ = _run(main, ["--engine", "vllm", "--model", "llama-3.1-70b", "--kv-dtype", "fp8", "--users", "100"])
+    assert code == 0 and "TP 1 cannot serve" in out and "Recommended deployment for 100 users" in out
+
+
+def test_a_given_budget_that_holds_no_block_is_still_an_error():
+    code, _, err = _run(main, ["--engine", "vllm", "--model", "llama-3.1-8b", "--kv-budget-gib-per-gpu", "0"])
+    assert code == 2 and "--kv-budget-gib-per-gpu" in err
