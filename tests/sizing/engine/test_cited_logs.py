@@ -204,10 +204,15 @@ def test_qwen3_235b_tokens_from_printed_available():
     assert _check(explanation, "GPU KV cache size").within
 
 
+def _vision_explanation(parsed):
+    """The vision log as its thread ran it: V0's single group, 65,536 tokens, 128 sequences."""
+    return explain_log(parsed, LLAMA32_11B_VISION, activation=LLAMA32_11B_VISION_WIDTHS, rule="single",
+                       max_model_len=65_536, max_num_batched_tokens=65_536, max_num_seqs=128)
+
+
 def test_llama_3_2_vision_v0_profile_and_blocks():
     parsed = _parsed("llama-3.2-11b-vision-h100-vllm12126.log")
-    explanation = explain_log(parsed, LLAMA32_11B_VISION, activation=LLAMA32_11B_VISION_WIDTHS, rule="single",
-                              max_model_len=65_536, max_num_batched_tokens=65_536, max_num_seqs=128)
+    explanation = _vision_explanation(parsed)
     # V0 caches all 40 layers (cross-attention ones too): 14.65 GiB // (16 × 40 × 4 KiB) = 6,000-6,002.
     blocks = _check(explanation, "GPU blocks")
     assert blocks.within and blocks.low <= 6001 <= blocks.high
@@ -220,8 +225,7 @@ def test_llama_3_2_vision_v0_profile_and_blocks():
     "(6.25 GiB)"))
 def test_llama_3_2_vision_activation_estimate():
     parsed = _parsed("llama-3.2-11b-vision-h100-vllm12126.log")
-    explanation = explain_log(parsed, LLAMA32_11B_VISION, activation=LLAMA32_11B_VISION_WIDTHS, rule="single",
-                              max_model_len=65_536, max_num_batched_tokens=65_536, max_num_seqs=128)
+    explanation = _vision_explanation(parsed)
     assert _check(explanation, "activation peak").within
 
 
