@@ -21,7 +21,9 @@ from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES, get_precisio
 from sizing.presets import DEFAULT_PRESET
 from sizing.report import SizingReport, SizingRequest, size_deployment
 from sizing.weights import AUTO
-from ui.engine_view import ENGINE_FIELDS, engine_controls, render_engine
+from sizing.answer import Answer, EngineSettings, answer_for
+from ui.answer_view import render_answer
+from ui.engine_view import ENGINE_FIELDS, engine_controls, engine_settings, render_engine
 from ui.handoff import publish
 from ui.layout import stacking
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
@@ -37,6 +39,7 @@ GROUP_CHOICES = (32, 64, 128, 256)
 UNIT_SYSTEMS = {"GiB (binary)": UnitSystem.BINARY, "GB (decimal)": UnitSystem.DECIMAL}
 GPU_CHOICES = (*GPU_IDS, "custom")
 LAST_VALID = "sizer.last_valid_request"  # the request behind the results on screen
+LAST_SETTINGS = "sizer.last_valid_engine_settings"
 
 FIELDS = (
     *MODEL_FIELDS,
@@ -62,6 +65,11 @@ DEFAULTS = {field.key: field.default for field in FIELDS}
 @st.cache_data(show_spinner=False, max_entries=256)
 def cached_report(request: SizingRequest) -> SizingReport:
     return size_deployment(request)
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def cached_answer(request: SizingRequest, settings: EngineSettings) -> Answer:
+    return answer_for(cached_report(request), settings)
 
 
 def build_request(model: ModelShape | str, gpu: GPU | str, v: Mapping[str, Any],
@@ -182,10 +190,18 @@ if request is None:
 else:
     st.session_state[LAST_VALID] = request
     publish(report.handoff)
+try:
+    settings = engine_settings(state, report.tp)
+    st.session_state[LAST_SETTINGS] = settings
+except InputError as exc:
+    show_error(st, exc)
+    settings = st.session_state.get(LAST_SETTINGS) or EngineSettings()
+answer = cached_answer(request or last_valid(), settings)
 
 with results:
     if request is None:
         st.caption(":material/history: Showing the last valid results; correct the input marked in red "
                    "to update them.")
+    render_answer(answer, key="sizer")
     render_report(report, UNIT_SYSTEMS[state.value("units")])
     render_engine(request or last_valid(), report, state)

@@ -38,8 +38,10 @@ from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
+from sizing.answer import Answer, EngineSettings, answer_for
 from sizing.engine.cli import (
     ENGINE_OPTION_FOR_FIELD,
+    gib_bytes,
     add_engine_arguments,
     engine_request_from_args,
     format_engine,
@@ -366,8 +368,13 @@ def request_from_args(args: argparse.Namespace) -> SizingRequest:
     budget = None
     if args.kv_budget_gib is not None:
         budget = math.floor(Fraction(repr(args.kv_budget_gib)) * GiB)
+    model: ModelShape | str = model_from_args(args)
+    if getattr(args, "model_id", None) is None and args.config is None:
+        preset = get_preset(args.model or DEFAULT_PRESET)
+        if model == preset.shape:  # the catalogue's model as it is: keep its id (its repo, its config)
+            model = preset.id
     return SizingRequest(
-        model=model_from_args(args),
+        model=model,
         kv_dtype=args.kv_dtype,
         weight_dtype=args.weight_dtype or (AUTO if getattr(args, "model_id", None) else "bf16"),
         kv_group_size=args.kv_group_size or None,
@@ -432,11 +439,35 @@ def models_main(argv: Sequence[str]) -> int:
     return run_cli(f"{PROG} models", body)
 
 
+def engine_settings_from_args(args: argparse.Namespace) -> EngineSettings:
+    """The engine settings the answer follows (the engine options, with or without ``--engine``);
+    a measured per-GPU budget belongs to ``--tp``."""
+    return EngineSettings(
+        gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
+        max_num_seqs=args.max_num_seqs, rule=args.engine_rule, enforce_eager=args.enforce_eager,
+        kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu), measured_tp=args.tp)
+
+
 # ---- output --------------------------------------------------------------------------------
-def format_table(report: SizingReport) -> str:
-    """A readable summary: the worked formula, then the main figures in GiB and GB."""
+def format_answer(answer: Answer) -> list[str]:
+    """The answer's lines: what to deploy, why, and the commands that launch it."""
+    lines = [f"Answer: {answer.summary}",
+             f"  basis: {answer.rule}"]
+    if answer.fits and answer.basis == "vllm":
+        lines.append(f"  gpu_memory_utilization: {answer.planned_utilization:g} planned, "
+                     f"{answer.required_utilization:g} needed for {answer.load_per_replica:,} requests per replica")
+    lines += [f"  note: {n}" for n in answer.notes]
+    if answer.vllm_command:
+        lines += [f"  {answer.vllm_command}", f"  {answer.sglang_command}"]
+    return lines
+
+
+def format_table(report: SizingReport, answer: Answer) -> str:
+    """A readable summary: the answer first, then the worked formula and the main figures in GiB
+    and GB, each GPU count labelled with the question it answers."""
     r, d = report, UnitSystem.DECIMAL
-    lines = [f"{r.model.name}: {r.model.summary}", f"GPU: {r.gpu.label}", "", "Worked formula:"]
+    lines = [f"{r.model.name}: {r.model.summary}", f"GPU: {r.gpu.label}", "", *format_answer(answer), "",
+             "Worked formula:"]
     lines += [f"  {step.text}" for step in r.steps]
     plan = r.plan
     rows = [
@@ -444,13 +475,14 @@ def format_table(report: SizingReport) -> str:
         (f"per user ({r.context:,} tokens)", both(r.per_user_bytes)),
         (f"KV, {r.users:,} users", both(r.kv_bytes_total)),
         ("weights", both(r.weights_bytes)),
-        ("GPUs needed (pooled)", r.gpus.label),
+        ("GPUs if memory were one pool (lower bound)", r.gpus.label),
         (f"KV per token per GPU at TP {r.tp}", format_bytes(r.per_gpu_kv_bytes_per_token)),
-        ("deployable plan", plan.summary),
+        ("reference formula's TP plan (vendor GB × usable)", plan.summary),
         (f"KV budget ({'given' if r.kv_budget_given else f'{r.n_gpus} GPUs'})", both(max(r.kv_budget_bytes, 0))),
         (f"capacity ({r.block_size}-token blocks)", f"{r.capacity.blocks:,} blocks = {r.capacity.tokens:,} tokens"),
         (f"max concurrency at {r.context:,}", f"{r.capacity.max_concurrency:,.2f}"),
-        (f"most users at {r.context:,}", f"{r.max_users:,}"),
+        (f"most users at {r.context:,} on {r.n_gpus} GPUs deployed", f"{r.max_users:,}"
+         + ("" if r.max_users >= r.users else f" (fewer than the {r.users:,} asked)")),
         (f"longest context for {r.users:,} users",
          "unbounded (every layer slides)" if r.max_context is None else f"{r.max_context:,} tokens"),
         ("without GQA (MHA)", f"{format_bytes(r.without_gqa.per_token_bytes)}/token, "
@@ -475,13 +507,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         request = request_from_args(args)
         report = size_deployment(request)
+        answer = answer_for(report, engine_settings_from_args(args))
         engine = None
         if args.engine:
             engine = run_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes))
         if args.json:
-            print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {})}, indent=2))
+            print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {}),
+                                "answer": answer.as_dict()}, indent=2))
         else:
-            print("\n".join([format_table(report), *(format_engine(engine) if engine else [])]))
+            print("\n".join([format_table(report, answer), *(format_engine(engine) if engine else [])]))
         return 0
 
     return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))

@@ -17,7 +17,7 @@ from inputs.bounds import Bound
 from inputs.errors import InputError
 from inputs.uploads import upload_bytes
 from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
-from sizing.engine.deployment import EngineDeployment, recommend_deployment
+from sizing.answer import EngineSettings
 from sizing.engine.explain import explain_log
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
@@ -49,11 +49,6 @@ def cached_engine(request: EngineRequest) -> EngineReport:
     return plan_engine(request)
 
 
-@st.cache_data(show_spinner=False, max_entries=128)
-def cached_deployment(request: EngineRequest) -> EngineDeployment:
-    return recommend_deployment(request)
-
-
 def engine_controls(state: PageState) -> None:
     """The engine-mode switch and vLLM's settings, in the controls column."""
     st.subheader("Engine")
@@ -82,11 +77,23 @@ def _engine_request(sizing: SizingRequest, report: SizingReport, state: PageStat
     )
 
 
+def engine_settings(state: PageState, tp: int) -> EngineSettings:
+    """The engine settings the answer follows, from the controls (their defaults when engine mode
+    is off); a measured budget belongs to the asked TP. Raises :class:`InputError` naming the field."""
+    budget = BUDGET.check(state.value("kv_budget_gib_per_gpu"))
+    return EngineSettings(
+        gpu_memory_utilization=UTILIZATION.check(state.value("gpu_memory_utilization")),
+        max_num_batched_tokens=BATCHED.check(state.value("max_num_batched_tokens")),
+        max_num_seqs=SEQS.check(state.value("max_num_seqs")), rule=state.value("engine_rule"),
+        kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None, measured_tp=tp)
+
+
 def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState) -> None:
-    """Engine figures, reverse answers, launch commands and the log explainer."""
+    """Engine figures at the asked TP, the reverse answers and the log explainer (the commands
+    are the answer's, above)."""
     if not state.value("engine_mode"):
         return
-    st.subheader("What vLLM will print (per GPU)")
+    st.subheader(f"What vLLM will print at TP {report.tp}, as asked (per GPU)")
     engine = None
     try:
         request = _engine_request(sizing, report, state)
@@ -99,52 +106,11 @@ def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState)
             st.caption(":material/history: Showing the last valid engine figures.")
             engine = cached_engine(previous)
     if engine is not None:
-        deployment = cached_deployment(engine.request)
-        _recommended(deployment, engine, report)
-        if deployment.report is None or deployment.best.tp != engine.request.tp:
-            st.markdown(f"**At TP {engine.request.tp}, as set above**")
-        _figures(engine, report, commands=deployment.report is None or deployment.best.tp != engine.request.tp)
+        _figures(engine, report)
     _explainer(sizing)
 
 
-def _recommended(deployment: EngineDeployment, engine: EngineReport, report: SizingReport) -> None:
-    """The one recommended deployment: TP × replicas, and that replica's figures and command."""
-    best, chosen = deployment.best, deployment.report
-    if best is None or chosen is None:
-        st.warning(f"No TP up to 64 holds one request of {engine.request.max_model_len:,} tokens.",
-                   icon=":material/warning:")
-        return
-    st.markdown(f"**Recommended deployment for {deployment.users:,} users: {deployment.summary}.**")
-    r1 = r2 = r3 = metric_row()
-    r1.metric("Recommended TP × replicas", f"{best.tp} × {best.replicas}")
-    r2.metric("GPUs (whole replicas)", f"{best.gpus:,}")
-    r3.metric("Requests per replica", f"{best.users_per_replica:,}",
-              help="floor(Maximum concurrency), at most max_num_seqs")
-    st.caption(f"Two GPU counts answer different questions: the sizer's 'GPUs needed' "
-               f"({report.gpus.label}) pools memory over GPUs as if it were one; this count places "
-               f"whole TP replicas, each holding its own weights, activation and CUDA-graph reserve "
-               f"(vLLM's memory profile below). The sizer's deployment plan ({report.plan.summary}) "
-               f"uses the usable fraction of vendor memory instead of that profile.")
-    if best.tp != engine.request.tp:
-        st.markdown(f"Per GPU at the recommended TP {best.tp}:")
-        m1 = m2 = m3 = metric_row()
-        m1.metric(f"Available KV cache memory (TP {best.tp})", f"{chosen.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
-        m2.metric(f"GPU KV cache size (TP {best.tp})", f"{chosen.kv_cache_tokens:,} tokens")
-        m3.metric(f"Maximum concurrency (TP {best.tp})", f"{chosen.max_concurrency:,.2f}×")
-    _commands(chosen)
-    st.dataframe(pd.DataFrame([{"TP": o.tp, "requests / replica": o.users_per_replica, "replicas": o.replicas,
-                                "GPUs": o.gpus, "note": o.reason} for o in deployment.options]),
-                 hide_index=True, key="engine_options_table")
-
-
-def _commands(engine: EngineReport) -> None:
-    st.code(engine.launch_command, language="bash")
-    st.code(engine.launch_command_sglang, language="bash")
-    st.caption(f"SGLang would hold {engine.sglang_max_total_tokens:,} tokens per GPU at --mem-fraction-static "
-               f"{engine.sglang_mem_fraction_static:g} (its rule: (total × fraction − weights) ÷ bytes per token).")
-
-
-def _figures(engine: EngineReport, report: SizingReport, *, commands: bool) -> None:
+def _figures(engine: EngineReport, report: SizingReport) -> None:
     m1 = m2 = m3 = metric_row()
     m1.metric("Available KV cache memory", f"{engine.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
     m2.metric("GPU KV cache size", f"{engine.kv_cache_tokens:,} tokens")
@@ -162,14 +128,12 @@ def _figures(engine: EngineReport, report: SizingReport, *, commands: bool) -> N
     util = engine.required_gpu_memory_utilization
     st.markdown(
         f"- `gpu_memory_utilization` for {report.users:,} users of {engine.request.max_model_len:,} tokens: "
-        + (f"**{util:g}**" if util is not None else "**none fits them in one replica** (see the replicas above)")
+        + (f"**{util:g}**" if util is not None else "**none fits them in one replica at this TP** (the answer above adds replicas)")
         + f"\n- Largest `max_model_len` that fits: **{engine.max_model_len_fit:,}**"
         + f"\n- Smallest TP at which one replica holds all of them: **{engine.smallest_tp or 'none up to 64'}**"
         + (f"\n- Whole TP replicas for {report.users:,} users at this TP: **{engine.replicas_for_users} × TP "
            f"{engine.request.tp} = {engine.replicas_for_users * engine.request.tp} GPUs**"
            if engine.replicas_for_users else ""))
-    if commands:
-        _commands(engine)
 
 
 def _activation(model: ModelShape | str) -> ActivationShape | None:

@@ -29,7 +29,7 @@ def memory_vs_gpus(chart: MemoryChart, unit: str) -> go.Figure:
     figure.add_scatter(x=counts, y=[to_unit(b, unit) for b in chart.usable_bytes], name="Usable share",
                        mode="lines", line={"color": TOTAL_RED, "dash": "dash"})
     figure.add_vline(x=chart.gpus_needed, line={"color": "black", "dash": "dot"},
-                     annotation_text=f"{chart.gpus_needed} GPUs needed")
+                     annotation_text=f"{chart.gpus_needed} GPUs if pooled")
     figure.update_layout(barmode="stack", xaxis_title="GPUs (count)", yaxis_title=f"memory ({unit})",
                          legend=LEGEND_BELOW, margin={"t": 30}, height=450)
     return figure
@@ -41,7 +41,7 @@ def gpus_curves(series: tuple[CurveSeries, ...], x_title: str, log_x: bool) -> g
     for curve in series:
         figure.add_scatter(x=list(curve.x), y=list(curve.gpus_needed), name=curve.label,
                            mode="lines+markers", line={"shape": "hv"})
-    figure.update_layout(xaxis_title=x_title, yaxis_title="GPUs needed", legend=LEGEND_BELOW,
+    figure.update_layout(xaxis_title=x_title, yaxis_title="GPUs if pooled (lower bound)", legend=LEGEND_BELOW,
                          margin={"t": 30}, height=450)
     if log_x:
         figure.update_xaxes(type="log")

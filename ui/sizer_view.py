@@ -19,6 +19,8 @@ from ui.tables import readable
 from units import GIGA_UNIT, UnitSystem
 from units import format_up_to_giga as fmt
 
+POOLED_LABEL = "GPUs if pooled (lower bound)"
+
 
 def render_report(report: SizingReport, system: UnitSystem) -> None:
     """Every section of the results column, in reading order."""
@@ -33,6 +35,7 @@ def render_report(report: SizingReport, system: UnitSystem) -> None:
     _plan(report, system)
     _capacity(report, system)
     st.subheader("KV precision × GPU")
+    st.caption("GPU counts here pool memory, as the reference page does: lower bounds, not deployments.")
     st.dataframe(readable(report.table_records(), rename={"gpus_ratio": "GPUs (before rounding up)"}).shown,
                  hide_index=True, key="reference_table")
     st.download_button("Download CSV", report.table_csv(), file_name="kv_sizing.csv", mime="text/csv",
@@ -58,7 +61,9 @@ def _headline(report: SizingReport, system: UnitSystem) -> None:
     m4 = m5 = m6 = metric_row()
     m4.metric("Weights", fmt(report.weights_bytes, system))
     m5.metric("Weights + KV", fmt(report.total_bytes, system))
-    m6.metric("GPUs needed", f"{report.gpus.count:,}", help=f"total ÷ usable per GPU = {report.gpus.label}")
+    m6.metric(POOLED_LABEL, f"{report.gpus.count:,}",
+              help=f"total ÷ usable per GPU = {report.gpus.label}: all memory counted as one pool, so no "
+                   f"deployment needs fewer; the answer above places whole replicas")
 
 
 def _charts(report: SizingReport, big_unit: str) -> None:
@@ -80,14 +85,16 @@ def _without_gqa(report: SizingReport, system: UnitSystem) -> None:
     g1 = g2 = g3 = metric_row()
     g1.metric("KV per token without GQA", fmt(gqa.per_token_bytes, system), help="One KV head per query head.")
     g2.metric(f"KV, {report.users:,} users", fmt(gqa.kv_bytes_total, system))
-    g3.metric("GPUs needed", f"{gqa.gpus.count:,}", delta=f"{gqa.factor:,.1f}× the KV bytes", delta_color="off")
+    g3.metric(f"{POOLED_LABEL}, without GQA", f"{gqa.gpus.count:,}", delta=f"{gqa.factor:,.1f}× the KV bytes", delta_color="off")
 
 
 def _plan(report: SizingReport, system: UnitSystem) -> None:
-    st.subheader("Deployment plan")
+    st.subheader("The reference formula's TP plan")
     st.markdown(report.plan.summary)
-    st.caption(f"Whole TP replicas, each holding its own copy of the weights; the headline's 'GPUs needed' "
-               f"({report.gpus.label}) pools memory over GPUs as if it were one, so the two counts can differ.")
+    st.caption(f"Whole TP replicas by the reference formula: {report.usable_fraction:.0%} of the vendor's GB per GPU "
+               f"less each replica's weights. The answer above uses the engine's own per-GPU budget instead "
+               f"(the driver-reported total, the weights, the activation peak and CUDA graphs come out of it), "
+               f"so the two can differ; the pooled lower bound ({report.gpus.label}) counts memory as one pool.")
     st.markdown(
         f"At TP {report.tp}: {report.kv_heads_per_gpu} KV head(s) per GPU"
         + (f", each head replicated {report.kv_replication}×" if report.kv_replication > 1 else "")
@@ -98,8 +105,12 @@ def _plan(report: SizingReport, system: UnitSystem) -> None:
 
 
 def _capacity(report: SizingReport, system: UnitSystem) -> None:
-    st.subheader(f"On {report.n_gpus} × {report.gpu.name}")
+    st.subheader(f"On the {report.n_gpus} × {report.gpu.name} deployed")
     cap = report.capacity
+    if report.max_users < report.users:
+        st.warning(f"{report.users:,} users do not fit on {report.n_gpus} × {report.gpu.name} at "
+                   f"{report.context:,} tokens: at most {report.max_users:,} by the reference formula. "
+                   f"The answer above says how many GPUs serve them.", icon=":material/warning:")
     r1 = r2 = r3 = r4 = metric_row()
     r1.metric("KV budget", fmt(report.kv_budget_bytes, system))
     r2.metric(f"Most users at {report.context:,} tokens", f"{report.max_users:,}")

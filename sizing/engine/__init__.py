@@ -8,10 +8,10 @@ Modules, one job each (pure Python; nothing runs at import time):
                 equal size, padding layers; blocks, tokens, concurrency, max_model_len.
 * ``capacity``  :func:`plan_engine` (one request → one frozen :class:`EngineReport`) and the
                 reverse questions (utilisation for N users, largest max_model_len, smallest TP).
-* ``deployment`` the recommended deployment: TP × whole replicas from the engine's own figures.
 * ``pipeline``  vLLM's split of layers over pipeline stages.
 * ``vllm_log``  the parser of a pasted start-up log; ``explain`` reconstructs its figures.
-* ``launch``    the ``vllm serve`` and SGLang commands for a plan.
+* ``launch``    the ``vllm serve`` and SGLang commands for a plan (the deployment they launch
+                is chosen above this package, in :mod:`sizing.answer`).
 * ``cli``       the engine options of ``python -m sizing`` and ``explain-log``.
 
 The behaviour followed is vLLM's main branch as of its v0.2x releases (``kv_cache_utils.py``,

@@ -25,7 +25,6 @@ from sizing.engine.capacity import (
     EngineRequest,
     plan_engine,
 )
-from sizing.engine.deployment import EngineDeployment, recommend_deployment
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
 from sizing.errors import SizingError
@@ -48,7 +47,8 @@ ENGINE_OPTION_FOR_FIELD = {
 }
 
 
-def _gib_bytes(value: float | None) -> int | None:
+def gib_bytes(value: float | None) -> int | None:
+    """A GiB option as whole bytes (exact from its decimal text, floored)."""
     return None if value is None else math.floor(Fraction(repr(value)) * GiB)
 
 
@@ -100,53 +100,52 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
         max_model_len=args.context, block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, users=args.users, rule=args.engine_rule, enforce_eager=args.enforce_eager,
-        activation=activation, total_bytes_per_gpu=_gib_bytes(args.gpu_total_gib),
-        kv_budget_bytes_per_gpu=_gib_bytes(args.kv_budget_gib_per_gpu),
-        activation_bytes=_gib_bytes(args.activation_gib), non_torch_bytes=_gib_bytes(args.non_torch_gib),
-        cuda_graph_bytes=_gib_bytes(args.cuda_graph_gib),
+        activation=activation, total_bytes_per_gpu=gib_bytes(args.gpu_total_gib),
+        kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu),
+        activation_bytes=gib_bytes(args.activation_gib), non_torch_bytes=gib_bytes(args.non_torch_gib),
+        cuda_graph_bytes=gib_bytes(args.cuda_graph_gib),
     )
 
 
 @dataclass(frozen=True, kw_only=True)
 class EngineOutput:
-    """Engine mode's answer: the report at the asked TP (None when that TP leaves no room for a
-    KV block beside the weights; ``refused`` then says why) and the recommended deployment."""
+    """Engine mode at the asked TP: the report, or None when that TP leaves no room for a KV
+    block beside the weights (``refused`` then says why; the answer names the TP that serves)."""
 
     report: EngineReport | None
-    deployment: EngineDeployment
     refused: str = ""
 
     def to_dict(self) -> dict:
-        at_tp = self.report.to_dict() if self.report is not None else {
-            "engine": "vllm", "engine_fits_at_tp": False, "engine_refused_at_tp": self.refused}
-        return {**at_tp, "engine_deployment": self.deployment.as_dict()}
+        if self.report is not None:
+            return {**self.report.to_dict(), "engine_fits_at_tp": True}
+        return {"engine": "vllm", "engine_fits_at_tp": False, "engine_refused_at_tp": self.refused}
 
 
 def run_engine(request: EngineRequest) -> EngineOutput:
-    """:func:`plan_engine` at the request's TP, then the recommendation over every TP.
+    """:func:`plan_engine` at the request's TP.
 
-    A TP whose weights leave no room for one KV block is not an error: the output says so and the
-    recommendation names the TP that serves the users. A measured budget that holds no block
-    (``--kv-budget-gib-per-gpu``) still is, since the user's own figure is what is wrong.
+    A TP whose weights leave no room for one KV block is not an error: the output says so (the
+    answer, :mod:`sizing.answer`, names the TP that serves the users). A measured budget that
+    holds no block (``--kv-budget-gib-per-gpu``) still is, since the user's own figure is what
+    is wrong.
     """
-    deployment = recommend_deployment(request)
     try:
         report = plan_engine(request)
     except SizingError as exc:
         if exc.field != "gpu_memory_utilization":
             raise
-        return EngineOutput(report=None, deployment=deployment,
+        return EngineOutput(report=None,
                             refused=f"TP {request.tp} cannot serve this model: vLLM's memory profile {exc.message}")
-    return EngineOutput(report=report, deployment=deployment)
+    return EngineOutput(report=report)
 
 
 def format_engine(output: EngineOutput) -> list[str]:
-    """Readable lines for the table output."""
-    report, deployment = output.report, output.deployment
+    """Readable lines for the table output: the engine's figures at the asked TP."""
+    report = output.report
     if report is None:
-        return ["", f"Engine (vLLM, per GPU): {output.refused}.", *_recommended_lines(deployment)]
+        return ["", f"Engine (vLLM, per GPU): {output.refused}."]
     p, layout = report.profile, report.layout
-    lines = ["", f"Engine (vLLM, per GPU, grouping rule {layout.rule}):"]
+    lines = ["", f"Engine at TP {report.request.tp}, as asked (vLLM, per GPU, grouping rule {layout.rule}):"]
     for term in p.terms:
         lines.append(f"  {term.name:<18} {term.bytes / GiB:>10,.2f} GiB  {'estimate' if term.estimated else 'given'}"
                      f" ({term.basis})")
@@ -159,16 +158,8 @@ def format_engine(output: EngineOutput) -> list[str]:
               f"{report.max_concurrency:.2f}x",
               f"  largest max_model_len that fits: {report.max_model_len_fit:,}"]
     if report.required_gpu_memory_utilization is not None:
-        lines.append(f"  gpu_memory_utilization for {report.request.users:,} users: "
+        lines.append(f"  gpu_memory_utilization for {report.request.users:,} users in one replica: "
                      f"{report.required_gpu_memory_utilization:g}")
-    lines += [f"  smallest TP at which one replica holds all users: {report.smallest_tp}", "", f"  {report.launch_command}",
-              f"  {report.launch_command_sglang}", *(f"  note: {n}" for n in report.notes)]
-    return lines + _recommended_lines(deployment)
-
-
-def _recommended_lines(deployment: EngineDeployment) -> list[str]:
-    lines = ["", f"Recommended deployment for {deployment.users:,} users (whole TP replicas, engine figures): "
-                 f"{deployment.summary}"]
-    if deployment.report is not None:
-        lines += [f"  {deployment.report.launch_command}", f"  {deployment.report.launch_command_sglang}"]
+    lines += [f"  smallest TP at which one replica holds all users: {report.smallest_tp}",
+              *(f"  note: {n}" for n in report.notes)]
     return lines

@@ -28,7 +28,11 @@ _SGLANG_KV = {"bf16": "auto", "fp16": "auto", "fp32": "auto", "fp8": "fp8_e4m3"}
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchPlan:
-    """What both commands need: the model's repository and the engine settings of the plan."""
+    """What both commands need: the model's repository and the engine settings of the plan.
+
+    ``quantization`` / ``dtype``: the load-time conversion the weights need (``fp8``;
+    ``float16``), None for the checkpoint as it is stored.
+    """
 
     model_repo: str
     tp: int
@@ -38,12 +42,27 @@ class LaunchPlan:
     max_num_seqs: int
     block_size: int
     max_num_batched_tokens: int
+    pp: int = 1
+    quantization: str | None = None
+    dtype: str | None = None
+
+
+def _load_flags(plan: LaunchPlan) -> list[str]:
+    flags = []
+    if plan.quantization is not None:
+        flags += ["--quantization", plan.quantization]
+    if plan.dtype is not None:
+        flags += ["--dtype", plan.dtype]
+    return flags
 
 
 def vllm_command(plan: LaunchPlan) -> str:
-    """``vllm serve MODEL --tensor-parallel-size … --block-size …`` (shell-quoted)."""
+    """``vllm serve MODEL --tensor-parallel-size … --block-size …`` (shell-quoted; PP and the load
+    conversion only when the plan has them)."""
     args = ["vllm", "serve", plan.model_repo,
             "--tensor-parallel-size", str(plan.tp),
+            *(["--pipeline-parallel-size", str(plan.pp)] if plan.pp > 1 else []),
+            *_load_flags(plan),
             "--kv-cache-dtype", _VLLM_KV.get(plan.kv_dtype, plan.kv_dtype),
             "--max-model-len", str(plan.max_model_len),
             "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}",
@@ -75,6 +94,8 @@ def sglang_command(plan: LaunchPlan, mem_fraction_static: float) -> str:
     """``python -m sglang.launch_server --model-path MODEL --tp … --max-running-requests …``."""
     args = ["python", "-m", "sglang.launch_server", "--model-path", plan.model_repo,
             "--tp", str(plan.tp),
+            *(["--pp-size", str(plan.pp)] if plan.pp > 1 else []),
+            *_load_flags(plan),
             "--mem-fraction-static", f"{mem_fraction_static:g}",
             "--kv-cache-dtype", _SGLANG_KV.get(plan.kv_dtype, plan.kv_dtype),
             "--context-length", str(plan.max_model_len),

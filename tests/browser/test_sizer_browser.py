@@ -10,11 +10,11 @@ pytestmark = pytest.mark.browser
 def test_sizer_controls_move_the_numbers(app_url, page):
     goto(page, f"{app_url}/")
     assert metric_value(page, "KV per token") == "320 KiB"
-    assert metric_value(page, "GPUs needed") == "16"
+    assert metric_value(page, "GPUs if pooled (lower bound)") == "16"
 
     # Usable 0.90 → 0.80: 1,144.3 GB over 64 GB per H100 = 17.9 → 18 GPUs.
     slider_press(page, "Usable fraction", key="ArrowLeft", times=10)
-    assert metric_value(page, "GPUs needed") == "18"
+    assert metric_value(page, "GPUs if pooled (lower bound)") == "18"
     assert "usable=0.8" in page.url
 
     # 100 → 50 users halves the KV cache: 1,000 GiB → 500 GiB.
@@ -25,7 +25,7 @@ def test_sizer_controls_move_the_numbers(app_url, page):
 def test_shared_link_reopens_identically(app_url, page):
     goto(page, f"{app_url}/?kv=fp8&gpu=h200&units=GB+%28decimal%29")
     assert metric_value(page, "KV per token") == "163.8 KB"
-    assert metric_value(page, "GPUs needed") == "5"
+    assert metric_value(page, "GPUs if pooled (lower bound)") == "5"
 
 
 def test_catalogue_filters_as_you_type(app_url, page):

@@ -32,7 +32,7 @@ def test_defaults_show_the_reference_pages_70b_figures():
     assert metric(at, "Per user at 32,768") == "10 GiB"
     assert metric(at, "KV, 100 users") == "1,000 GiB"
     # 1,073.7 GB of KV + 70.6 GB of FP8 weights = 1,144.3 GB over 72 GB usable: 15.9 → 16 H100s.
-    assert metric(at, "GPUs needed") == "16"
+    assert metric(at, "GPUs if pooled (lower bound)") == "16"
     # Without GQA (64 KV heads) BF16: 2.5 MiB per token, 8,000 GiB for 100 users.
     assert metric(at, "KV per token without GQA") == "2.5 MiB"
     steps = at.markdown[[i for i, md in enumerate(at.markdown) if "163,840" in md.value][0]].value
@@ -45,12 +45,12 @@ def test_kv_precision_and_units_change_the_numbers():
     assert metric(at, "KV per token") == "160 KiB"
     assert metric(at, "KV, 100 users") == "500 GiB"
     # 500 GiB = 536.9 GB; + 70.6 GB weights = 607.5 GB over 72 GB usable: 8.4 → 9 H100s.
-    assert metric(at, "GPUs needed") == "9"
+    assert metric(at, "GPUs if pooled (lower bound)") == "9"
     at.radio(key=key("units")).set_value("GB (decimal)").run()
     assert metric(at, "KV, 100 users") == "536.9 GB"
     at.selectbox(key=key("gpu")).set_value("h200").run()
     # 607.5 GB over 126.9 GB usable per H200: 4.8 → 5.
-    assert metric(at, "GPUs needed") == "5"
+    assert metric(at, "GPUs if pooled (lower bound)") == "5"
 
 
 def test_state_round_trips_through_the_url():
@@ -180,7 +180,7 @@ def test_hostile_link_parameters_show_a_notice_and_the_default(query, parameter)
     at = run_page(query)  # open_page asserts that nothing was raised
     assert f"`{parameter}`" in texts(at.info), texts(at.info)
     assert metric(at, "KV per token") == "320 KiB"
-    assert metric(at, "GPUs needed") == "16"
+    assert metric(at, "GPUs if pooled (lower bound)") == "16"
 
 
 def test_manual_defaults_survive_a_nan_parameter_count_link():
@@ -227,7 +227,7 @@ def test_tp_and_gpu_combination_error_is_shown_beside_the_controls():
     at.selectbox(key=key("tp")).set_value(16).run()  # 8 GPUs do not form a TP group of 16
     assert any("n_gpus" in e.value for e in at.error), [e.value for e in at.error]
     assert "last valid results" in texts(at.caption)
-    assert metric(at, "GPUs needed") == "16"
+    assert metric(at, "GPUs if pooled (lower bound)") == "16"
 
 
 @pytest.mark.parametrize("architectures", ['{"a": 1}', "5", '"LlamaForCausalLM"'])
@@ -247,7 +247,9 @@ def test_engine_mode_shows_vllm_figures_and_explains_a_pasted_log():
     at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
     assert metric(at, "GPU KV cache size").endswith("tokens")
     commands = [c.value for c in at.code]
-    assert any(c.startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1") for c in commands)
+    # The page's default FP8 weights: the published FP8 checkpoint, one GPU for the 100 users.
+    assert any(c.startswith("vllm serve RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8 --tensor-parallel-size 1")
+               for c in commands)
     assert any("sglang.launch_server" in c for c in commands)
     log = (ROOT / "tests" / "data" / "vllm_logs" / "qwen3-14b-lmcache.log").read_text()
     at.text_area(key="engine_log_text").set_value(log).run()
@@ -273,12 +275,15 @@ def test_engine_mode_refusals_are_named_and_keep_the_last_figures():
 def test_engine_mode_recommends_one_deployment_and_says_which_count_is_which():
     at = run_page({"eng": "1", "model": "qwen2.5-7b", "tp": "1", "ngpu": "1", "ctx": "4096", "gpu": "l4",
                    "users": "50", "w": "bf16"})
-    # TP 1 holds 18 requests per L4 (3 replicas = 3 GPUs); TP 2 holds 100 (one replica of 2 GPUs).
-    assert metric(at, "Recommended TP × replicas") == "2 × 1" and metric(at, "GPUs (whole replicas)") == "2"
+    # TP 1 holds 16 requests per L4 (4 replicas = 4 GPUs); TP 2 holds 97 (one replica of 2 GPUs).
+    assert metric(at, "GPUs to deploy") == "2 × L4" and metric(at, "Layout") == "TP 2 × 1 replica"
+    assert metric(at, "Requests per replica").startswith("50 of ")
     commands = [c.value for c in at.code]
     assert commands[0].startswith("vllm serve Qwen/Qwen2.5-7B") and "--tensor-parallel-size 2" in commands[0]
-    assert any("pools memory over GPUs" in c.value for c in at.caption)
-    assert metric(at, "GPU KV cache size (TP 2)").endswith("tokens")
+    assert "--max-num-seqs 50" in commands[0] and len([c for c in commands if c.startswith("vllm serve")]) == 1
+    assert any("counts memory as one pool" in c.value for c in at.caption)
+    assert metric(at, "GPU KV cache size").endswith("tokens")  # the engine at TP 1, as asked
+    assert any("TP 1, as asked: 16 requests per replica, 4 replicas = 4 GPUs" in i.value for i in at.info)
 
 
 @pytest.mark.parametrize("utilization", [0.0, 1.5])

@@ -41,10 +41,12 @@ def test_engine_json_has_every_contract_key_and_the_sizer_keys():
     assert data["engine_available_kv_bytes_per_gpu"] == expected
     assert data["engine_kv_cache_tokens"] == expected // (4096 * 16) // 32 * 16
     assert "--gpu-memory-utilization 0.8" in data["launch_command"]
-    # The recommendation for 32 users: one TP-1 replica (the H200's KV pool holds them all).
-    assert data["engine_deployment"]["tp"] == 1 and data["engine_deployment"]["gpus"] == 1
-    assert data["engine_deployment"]["launch_command"].startswith("vllm serve meta-llama/Llama-3.1-8B "
-                                                                  "--tensor-parallel-size 1")
+    # The answer for 32 users: one TP-1 replica (the H200's KV pool holds them all), launched at
+    # the utilisation asked, with --max-num-seqs the users it carries.
+    answer = data["answer"]
+    assert (answer["tp"], answer["pp"], answer["replicas"], answer["gpus"]) == (1, 1, 1, 1)
+    assert answer["vllm_command"].startswith("vllm serve meta-llama/Llama-3.1-8B --tensor-parallel-size 1 ")
+    assert "--gpu-memory-utilization 0.8 " in answer["vllm_command"] and "--max-num-seqs 32 " in answer["vllm_command"]
 
 
 def test_per_gpu_budget_replaces_the_profile_and_help_says_which_budget_is_which():
@@ -106,15 +108,16 @@ def test_a_tp_that_cannot_hold_the_weights_is_reported_and_a_tp_recommended():
     assert code == 0 and err == ""
     data = json.loads(out)
     assert data["engine_fits_at_tp"] is False and data["engine_refused_at_tp"].startswith("TP 1 cannot serve")
-    best = data["engine_deployment"]
+    best = data["answer"]
     # At TP 2 the weights take 70.6 GB = 65.75 GiB per GPU, leaving under 4 GiB after the profile:
     # one 32K request (32,768 × 80 layers × 4 KV heads × 128 × 2 × 1 B = 2.5 GiB), so 100 replicas.
     # TP 4 leaves about 38 GiB, 15 requests or more per replica: far fewer GPUs.
     assert best["tp"] > 1 and best["gpus"] == best["tp"] * best["replicas"]
-    assert best["replicas"] * best["users_per_replica"] >= 100
-    assert f"--tensor-parallel-size {best['tp']} " in best["launch_command"]
+    assert best["replicas"] * best["requests_per_replica"] >= 100
+    assert f"--tensor-parallel-size {best['tp']} " in best["vllm_command"]
+    assert any(n.startswith("TP 1, as asked, cannot serve one request") for n in best["notes"])
     code, out, _ = _run(main, ["--engine", "vllm", "--model", "llama-3.1-70b", "--kv-dtype", "fp8", "--users", "100"])
-    assert code == 0 and "TP 1 cannot serve" in out and "Recommended deployment for 100 users" in out
+    assert code == 0 and "TP 1 cannot serve" in out and out.index("Answer: ") < out.index("Engine (vLLM")
 
 
 def test_a_given_budget_that_holds_no_block_is_still_an_error():
