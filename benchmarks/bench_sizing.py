@@ -76,6 +76,8 @@ def _engine_cases():
     from sizing.engine.capacity import EngineRequest
 
     return {
+        "engine: llama-3.1-405b bf16 on H100, pipeline stages in the answer": EngineRequest(
+            model="llama-3.1-405b", gpu="h100-sxm", tp=8, max_model_len=32_768, users=10),
         "engine: llama-3.1-70b TP 8 on H200, 64 users (reverse questions)": EngineRequest(
             model="llama-3.1-70b", gpu="h200", tp=8, max_model_len=32_768, users=64),
         "engine: gemma-2-9b sliding groups, 100 users": EngineRequest(
@@ -86,16 +88,19 @@ def _engine_cases():
 
 
 def time_engine(request, repeat: int) -> float:
-    """Median milliseconds of one engine-mode rerun: the sizer's report, :func:`plan_engine` and
-    the recommended deployment over every TP (:func:`sizing.engine.cli.run_engine`)."""
+    """Median milliseconds of one engine-mode rerun: the sizer's report, :func:`plan_engine` at
+    the asked TP (:func:`sizing.engine.cli.run_engine`) and the answer over every layout
+    (:func:`sizing.answer.answer_for`)."""
+    from sizing.answer import answer_for
     from sizing.engine.cli import run_engine
     from sizing.report import SizingRequest, size_deployment
 
     sizing = SizingRequest(model=request.model, gpu=request.gpu, tp=request.tp, n_gpus=request.tp,
-                           context=request.max_model_len, users=request.users or 1)
+                           context=request.max_model_len, users=request.users or 1,
+                           weight_dtype=request.weight_dtype)
 
     def rerun():
-        size_deployment(sizing)
+        answer_for(size_deployment(sizing))
         return run_engine(request)
 
     rerun()

@@ -21,10 +21,10 @@ from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES, get_precisio
 from sizing.presets import DEFAULT_PRESET
 from sizing.report import SizingReport, SizingRequest, size_deployment
 from sizing.weights import AUTO
-from sizing.answer import Answer, EngineSettings, answer_for
-from ui.answer_view import render_answer
+from sizing.answer import EngineSettings
+from ui.answer_view import cached_answer, render_answer
 from ui.engine_view import ENGINE_FIELDS, engine_controls, engine_settings, render_engine
-from ui.handoff import publish
+from ui.handoff import publish, with_engine
 from ui.layout import stacking
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
@@ -65,11 +65,6 @@ DEFAULTS = {field.key: field.default for field in FIELDS}
 @st.cache_data(show_spinner=False, max_entries=256)
 def cached_report(request: SizingRequest) -> SizingReport:
     return size_deployment(request)
-
-
-@st.cache_data(show_spinner=False, max_entries=256)
-def cached_answer(request: SizingRequest, settings: EngineSettings) -> Answer:
-    return answer_for(cached_report(request), settings)
 
 
 def build_request(model: ModelShape | str, gpu: GPU | str, v: Mapping[str, Any],
@@ -187,16 +182,17 @@ if choice.model is not None and gpu is not None:
         request = None
 if request is None:
     report = cached_report(last_valid())
-else:
-    st.session_state[LAST_VALID] = request
-    publish(report.handoff)
 try:
     settings = engine_settings(state, report.tp)
     st.session_state[LAST_SETTINGS] = settings
 except InputError as exc:
-    show_error(st, exc)
+    if not state.value("engine_mode"):  # engine mode shows it beside its own controls
+        show_error(st, exc)
     settings = st.session_state.get(LAST_SETTINGS) or EngineSettings()
 answer = cached_answer(request or last_valid(), settings)
+if request is not None:
+    st.session_state[LAST_VALID] = request
+    publish(with_engine(report.handoff, settings))
 
 with results:
     if request is None:

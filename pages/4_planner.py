@@ -21,8 +21,12 @@ from planner.page_inputs import EDGE_DEVICE, EdgeInputs, ServerInputs, page_traf
 from planner.plan import DEFAULT_MAX_CONTEXT
 from simulation.traces import TRACES_DIR, shipped_trace_names
 from sizing.errors import SizingError
-from sizing.precisions import PRECISION_NAMES
+from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
+from sizing.answer import EngineSettings
+from sizing.engine.groups import GroupingRule
+from ui.answer_view import cached_answer, render_answer
+from ui.engine_view import BATCHED, SEQS, UTILIZATION
 from ui.handoff import latest
 from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_field
 from ui.planner_charts import edge_figure, fmt_ms
@@ -60,7 +64,7 @@ TABS = tab_field("tab", "tab", {"server": ":material/dns: Server",
 state = PageState("planner", [
     ChoiceField("model", "model", DEFAULT_PRESET, PRESET_IDS),
     ChoiceField("kv", "kv", "fp8", PRECISION_NAMES),
-    ChoiceField("w", "w", "fp8", PRECISION_NAMES),
+    ChoiceField("w", "w", "fp8", WEIGHT_FORMAT_NAMES),
     ChoiceField("gpu", "gpu", DEFAULT_GPU, GPU_IDS),
     ChoiceField("tp", "tp", 8, TP_CHOICES),
     NumberField("usable", "usable", 0.9, _bound("usable", 0.5, 1.0)),
@@ -77,6 +81,11 @@ state = PageState("planner", [
     NumberField("tpot", "tpot_ms", 50, _bound("tpot", 0, 500, True)),
     NumberField("ttft", "ttft_ms", 0, _bound("ttft", 0, 10_000, True)),
     NumberField("rate", "rate", 0.0, _bound("rate", 0.0, 1e6)),
+    NumberField("users", "users", 100, _bound("users", 1, 10_000_000, True)),
+    NumberField("gmu", "gpu_memory_utilization", 0.9, UTILIZATION),
+    NumberField("mnbt", "max_num_batched_tokens", 8192, BATCHED),
+    NumberField("mns", "max_num_seqs", 256, SEQS),
+    ChoiceField("rule", "engine_rule", str(GroupingRule.HYBRID), tuple(GroupingRule)),
     ChoiceField("source", "source", "measured", SOURCES_IN_ORDER),
     FlagField("override", "override", False),
     NumberField("eff", "efficiency", 0.85, _bound("eff", 0.1, 1.0)),
@@ -99,7 +108,11 @@ def _carried() -> dict:
     if handoff is None:
         return {}
     values = {"model": handoff.preset_id, "kv": handoff.kv_dtype, "w": handoff.weight_dtype,
-              "gpu": handoff.gpu_id, "tp": handoff.tp, "max_context": handoff.max_context}
+              "gpu": handoff.gpu_id, "tp": handoff.tp, "max_context": handoff.max_context,
+              "users": handoff.users or None, "usable": handoff.usable_fraction,
+              "gpu_memory_utilization": handoff.gpu_memory_utilization,
+              "max_num_batched_tokens": handoff.max_num_batched_tokens, "max_num_seqs": handoff.max_num_seqs,
+              "engine_rule": handoff.engine_rule}
     return {key: value for key, value in values.items() if value not in (None, "")}
 
 
@@ -134,7 +147,7 @@ with st.sidebar:
     st.subheader(":material/memory: Model and hardware")
     st.selectbox("Model", PRESET_IDS, key=key("model"), format_func=lambda i: get_preset(i).name)
     st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"))
-    st.selectbox("Weight precision", PRECISION_NAMES, key=key("w"))
+    st.selectbox("Weight precision", WEIGHT_FORMAT_NAMES, key=key("w"))
     st.selectbox("GPU", GPU_IDS, key=key("gpu"), format_func=lambda i: get_gpu(i).label)
     st.select_slider("Tensor parallelism (GPUs per replica)", TP_CHOICES, key=key("tp"))
     st.slider("Usable share of GPU memory", 0.5, 1.0, step=0.01, key=key("usable"))
@@ -143,6 +156,11 @@ with st.sidebar:
              help="The first available source down this list is used and labelled.")
     uploaded_bench = st.file_uploader("Harness JSON (`python -m kernels.bench --json`)", type=["json"],
                                       key=key("bench_upload"), max_upload_size=MAX_BENCH_JSON_BYTES // 2**20)
+    with st.expander("Engine settings (for the answer)"):
+        st.number_input("gpu_memory_utilization", 0.05, 1.0, step=0.01, key=key("gpu_memory_utilization"))
+        st.number_input("max_num_batched_tokens", 16, 1 << 20, step=1024, key=key("max_num_batched_tokens"))
+        st.number_input("max_num_seqs", 1, 1 << 16, step=16, key=key("max_num_seqs"))
+        st.selectbox("KV-cache grouping (vLLM version)", tuple(GroupingRule), key=key("engine_rule"))
     st.checkbox("Override bandwidth efficiency", key=key("override"))
     st.slider("Bandwidth efficiency", 0.1, 1.0, step=0.01, key=key("efficiency"),
               disabled=not value("override"))
@@ -179,7 +197,9 @@ with traffic_col:
 with allocator_col:
     st.subheader(":material/view_module: Allocator")
     st.selectbox("Contiguous policy", tuple(POLICIES), key=key("policy"), format_func=POLICIES.get)
-    st.number_input("Maximum context (tokens)", 2, 10_000_000, key=key("max_context"))
+    st.number_input("Maximum context (tokens)", 2, 10_000_000, key=key("max_context"),
+                    help="The engine's max_model_len: the answer serves the users at this length.")
+    st.number_input("Users (concurrent, for the answer)", 1, 10_000_000, key=key("users"))
     st.select_slider("Paged block size (tokens)", BLOCK_SIZES, key=key("block"))
 with target_col:
     st.subheader(":material/timer: Targets")
@@ -222,7 +242,16 @@ except ValueError as exc:  # a trace the simulator refuses names its row or colu
 # Only the open tab is drawn; the edge tab uses the server plan's bandwidth source.
 server_tab, edge_tab = page_tabs(state, TABS)
 
-# ---- server view --------------------------------------------------------------------------------
+# ---- the answer, then the server view ------------------------------------------------------------
+settings = EngineSettings(gpu_memory_utilization=float(value("gpu_memory_utilization")),
+                          max_num_batched_tokens=int(value("max_num_batched_tokens")),
+                          max_num_seqs=int(value("max_num_seqs")), rule=value("engine_rule"))
+if server_tab.open:
+    with server_tab:
+        try:
+            render_answer(cached_answer(server_inputs.sizing_request(int(value("users"))), settings), key="planner")
+        except SizingError as exc:
+            st.error(f"{exc.field}: {exc.message}", icon=":material/error:")
 if server_tab.open and outcome is not None:
     with server_tab:
         render_server(outcome, source_label=SOURCE_LABELS[outcome.estimate.source], weight_dtype=value("w"))

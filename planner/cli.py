@@ -31,7 +31,10 @@ from planner.bandwidth import SOURCES_IN_ORDER
 from planner.capacity import binding_limit_at, decode_step, effective_bandwidth
 from planner.plan import DEFAULT_MAX_CONTEXT, PlanOutcome, PlanRequest, TrafficSpec, run_plan
 from sizing import cli as sizer_cli
+from sizing.engine.cli import ENGINE_OPTION_FOR_FIELD
+from sizing.answer import answer_for
 from sizing.kv import DEFAULT_BLOCK_SIZE
+from sizing.report import size_deployment
 
 PROG = "python -m sizing plan"
 POLICIES = ("max", "pow2", "oracle")
@@ -94,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add(group, "--tpot-ms", TPOT_MS, "TPOT target", metavar="MS")
     _add(group, "--ttft-ms", TTFT_MS, "TTFT target", metavar="MS")
     _add(group, "--rate", RATE, "arrival rate, for the replicas it needs", metavar="REQ/S")
+    _add(group, "--users", sizer_cli.USERS, "concurrent users of --max-context tokens, for the answer "
+         "(GPUs, TP × replicas, launch command) (default 100)", default=100, metavar="N")
+    sizer_cli.add_engine_arguments(parser, with_engine_flag=False)
     return parser
 
 
@@ -239,8 +245,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "number of replicas serves an arrival rate")
         fixed = request.traffic.kind == "fixed"
         result = result_dict(outcome, batch=args.batch, context=args.context if fixed else None)
+        answer = answer_for(size_deployment(sizer_cli.request_from_args(args, context=args.max_context)),
+                            sizer_cli.engine_settings_from_args(args))
         try:
-            text = dumps_strict(result, indent=2) if args.json else format_table(result)
+            if args.json:
+                text = dumps_strict({**result, "answer": answer.as_dict()}, indent=2)
+            else:
+                text = "\n".join([*sizer_cli.format_answer(answer), "", format_table(result)])
         except ValueError:  # the bounds keep every figure finite; refuse rather than print NaN
             raise UsageError("the options give a result that is not a finite number; "
                              "use smaller values") from None
@@ -251,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _option_for_field(field: str) -> str:
-    return {"bench_json": "--bench-json", "trace": "--trace"}.get(field) or sizer_cli.option_for_field(field)
+    return ({"bench_json": "--bench-json", "trace": "--trace", "context": "--max-context"}.get(field)
+            or ENGINE_OPTION_FOR_FIELD.get(field) or sizer_cli.option_for_field(field))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from planner.plan import (
 )
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
 from sizing.precisions import get_precision
+from sizing.request import SizingRequest
 from sizing.presets import get_preset
 from units import GB
 
@@ -51,6 +52,13 @@ class ServerInputs:
     tpot_ms: float = 0.0
     ttft_ms: float = 0.0
     rate_per_s: float = 0.0
+
+    def sizing_request(self, users: int) -> SizingRequest:
+        """The sizer's request for the same deployment, for the answer: ``users`` requests of
+        ``max_context`` tokens (the engine's ``max_model_len``)."""
+        return SizingRequest(model=self.model_id, kv_dtype=self.kv_dtype, weight_dtype=self.weight_dtype,
+                             context=self.max_context, users=users, gpu=self.gpu_id, usable_fraction=self.usable,
+                             tp=self.tp, block_size=self.block_size)
 
     def to_request(self) -> PlanRequest:
         """The :class:`PlanRequest` these values describe (ms → s; 0 → no target or rate)."""

@@ -57,8 +57,10 @@ _BUDGET_FIELDS = ("gpu_memory_utilization", "kv_budget_gib_per_gpu")
 class EngineSettings:
     """vLLM's settings that shape the answer (defaults: vLLM's own).
 
-    ``kv_budget_bytes_per_gpu`` is a measured "Available KV cache memory" at ``measured_tp``;
-    it replaces the estimated profile at that TP only.
+    Measured figures, bytes per GPU: ``kv_budget_bytes_per_gpu`` ("Available KV cache memory")
+    and the activation peak, non-torch and CUDA-graph memory belong to the run they were read
+    from, at ``measured_tp``, and replace the estimates at that TP only; ``total_bytes_per_gpu``
+    (CUDA's total) holds at every TP.
     """
 
     gpu_memory_utilization: float = DEFAULT_UTILIZATION
@@ -67,6 +69,10 @@ class EngineSettings:
     rule: GroupingRule | str = GroupingRule.HYBRID
     enforce_eager: bool = False
     kv_budget_bytes_per_gpu: int | None = None
+    activation_bytes: int | None = None
+    non_torch_bytes: int | None = None
+    cuda_graph_bytes: int | None = None
+    total_bytes_per_gpu: int | None = None
     measured_tp: int | None = None
 
     def check(self) -> None:
@@ -75,7 +81,10 @@ class EngineSettings:
             raise SizingError("gpu_memory_utilization", f"must be above 0 and at most 1, got {u!r:.40}")
         check_int("max_num_batched_tokens", self.max_num_batched_tokens, high=1 << 24)
         check_int("max_num_seqs", self.max_num_seqs, high=1 << 20)
-        GroupingRule(self.rule)
+        try:
+            GroupingRule(self.rule)
+        except ValueError:
+            raise SizingError("engine_rule", f"must be one of {', '.join(GroupingRule)}, got {self.rule!r:.40}") from None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +96,8 @@ class AnswerOption:
     requests_per_replica: int
     replicas: int | None  # None: one replica cannot hold a single request
     reason: str = ""
+    kv_bytes_per_gpu: int | None = None  # vLLM's "Available KV cache memory" (first stage); None: refused
+
 
     @property
     def gpus(self) -> int | None:
@@ -94,7 +105,8 @@ class AnswerOption:
 
     def as_record(self) -> dict[str, Any]:
         return {"tp": self.tp, "pp": self.pp, "requests_per_replica": self.requests_per_replica,
-                "replicas": self.replicas, "gpus": self.gpus, "reason": self.reason}
+                "replicas": self.replicas, "gpus": self.gpus, "kv_bytes_per_gpu": self.kv_bytes_per_gpu,
+                "reason": self.reason}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,7 +163,8 @@ class Answer:
                     f"request of {self.context:,} tokens")
         nodes = self.nodes
         return (f"{self.gpus:,} × {self.gpu_name} ({self.layout}, {nodes} node{'s' if nodes != 1 else ''}): "
-                f"{self.users:,} users of {self.context:,} tokens, {self.load_per_replica:,} per replica "
+                f"{self.users:,} user{'s' if self.users != 1 else ''} of {self.context:,} tokens, "
+                f"{self.load_per_replica:,} per replica "
                 f"(each holds up to {self.requests_per_replica:,})")
 
     def as_dict(self) -> dict[str, Any]:
@@ -184,19 +197,23 @@ def _base(report: SizingReport, settings: EngineSettings, repo: str, activation:
         weights_total_bytes=report.weights_bytes, max_model_len=report.context, block_size=report.block_size,
         gpu_memory_utilization=planned, max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs, rule=settings.rule, enforce_eager=settings.enforce_eager,
-        activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo)
+        activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo,
+        total_bytes_per_gpu=settings.total_bytes_per_gpu)
     return _Base(report=report, settings=settings, request=request)
 
 
 def _at(base: _Base, tp: int, pp: int, users: int | None = None) -> EngineRequest:
     """The engine request of one replica's first stage at ``tp`` × ``pp``."""
-    request = base.request
-    measured = base.settings.kv_budget_bytes_per_gpu if (pp == 1 and tp == base.settings.measured_tp) else None
+    request, settings = base.request, base.settings
+    if pp == 1 and tp == settings.measured_tp:
+        request = replace(request, kv_budget_bytes_per_gpu=settings.kv_budget_bytes_per_gpu,
+                          activation_bytes=settings.activation_bytes, non_torch_bytes=settings.non_torch_bytes,
+                          cuda_graph_bytes=settings.cuda_graph_bytes)
     if pp == 1:
-        return replace(request, tp=tp, users=users, kv_budget_bytes_per_gpu=measured)
+        return replace(request, tp=tp, users=users)
     stage = pipeline_stage(base.report.model, pp, 0)
     share = Fraction(stage.layers, base.report.model.layers)
-    return replace(request, model=stage, tp=tp, users=users, kv_budget_bytes_per_gpu=None,
+    return replace(request, model=stage, tp=tp, users=users,
                    weights_total_bytes=math.ceil(request.weights_total_bytes * share))
 
 
@@ -208,11 +225,13 @@ def _option(base: _Base, tp: int, pp: int) -> AnswerOption:
         return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None, reason=reason)
     if not engine.fits_one_request:
         return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None,
+                            kv_bytes_per_gpu=engine.available_kv_bytes_per_gpu,
                             reason=f"one request of {base.report.context:,} tokens needs more than the "
                                    f"{engine.available_kv_bytes_per_gpu / 2**30:,.2f} GiB of KV memory per GPU")
     per_replica = min(math.floor(engine.max_concurrency), base.settings.max_num_seqs)
     return AnswerOption(tp=tp, pp=pp, requests_per_replica=per_replica,
-                        replicas=math.ceil(base.report.users / per_replica))
+                        replicas=math.ceil(base.report.users / per_replica),
+                        kv_bytes_per_gpu=engine.available_kv_bytes_per_gpu)
 
 
 def _tp_sizes(base: _Base, limit: int) -> tuple[int, ...]:

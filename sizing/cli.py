@@ -362,11 +362,14 @@ def gpu_from_args(args: argparse.Namespace) -> GPU:
     return get_gpu(args.gpu or DEFAULT_GPU)
 
 
-def request_from_args(args: argparse.Namespace) -> SizingRequest:
-    """The :class:`SizingRequest` the parsed options describe (library errors propagate)."""
+def request_from_args(args: argparse.Namespace, *, context: int | None = None) -> SizingRequest:
+    """The :class:`SizingRequest` the parsed options describe (library errors propagate).
+
+    ``context`` replaces ``--context`` for a command line whose context option means something
+    else (the planner's ``--max-context`` is the engine's ``max_model_len``)."""
     gpu = gpu_from_args(args)
     budget = None
-    if args.kv_budget_gib is not None:
+    if getattr(args, "kv_budget_gib", None) is not None:
         budget = math.floor(Fraction(repr(args.kv_budget_gib)) * GiB)
     model: ModelShape | str = model_from_args(args)
     if getattr(args, "model_id", None) is None and args.config is None:
@@ -379,12 +382,12 @@ def request_from_args(args: argparse.Namespace) -> SizingRequest:
         weight_dtype=args.weight_dtype or (AUTO if getattr(args, "model_id", None) else "bf16"),
         kv_group_size=args.kv_group_size or None,
         weight_group_size=args.weight_group_size or None,
-        context=args.context,
+        context=args.context if context is None else context,
         users=args.users,
         gpu=gpu,
         usable_fraction=args.usable,
         tp=args.tp,
-        n_gpus=args.gpus,
+        n_gpus=getattr(args, "gpus", None),
         block_size=args.block_size,
         kv_budget_bytes=budget,
         gpus_per_node=args.gpus_per_node,
@@ -445,7 +448,9 @@ def engine_settings_from_args(args: argparse.Namespace) -> EngineSettings:
     return EngineSettings(
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, rule=args.engine_rule, enforce_eager=args.enforce_eager,
-        kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu), measured_tp=args.tp)
+        kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu), activation_bytes=gib_bytes(args.activation_gib),
+        non_torch_bytes=gib_bytes(args.non_torch_gib), cuda_graph_bytes=gib_bytes(args.cuda_graph_gib),
+        total_bytes_per_gpu=gib_bytes(args.gpu_total_gib), measured_tp=args.tp)
 
 
 # ---- output --------------------------------------------------------------------------------

@@ -18,6 +18,8 @@ groups the layers by kind and window for the byte arithmetic in :mod:`sizing.kv`
 
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -188,22 +190,10 @@ class ModelShape:
         Attention groups carry the KV values one layer caches per token on one rank (KV heads
         split or replicated as :meth:`kv_heads_per_gpu`; the MLA latent replicated); recurrent
         groups carry the state one layer holds per sequence on one rank (split by heads).
+        Computed once per shape and TP: the charts ask for them hundreds of times per rerun.
         """
         self.check_tp(tp)
-        members: dict[tuple[LayerKind, int | None], list[int]] = {}
-        for index, kind in enumerate(self.kinds):
-            if kind is not None:
-                members.setdefault((kind, self._window(kind)), []).append(index)
-        groups = []
-        for (kind, window), indices in members.items():
-            if kind in STATE_KINDS:
-                groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices),
-                                         state_values_per_sequence=self.state.values_per_gpu(tp),
-                                         state_dtype_bytes=self.state.dtype_bytes))
-            else:
-                groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices), window=window,
-                                         kv_values_per_token=self.values_per_layer_per_token_per_gpu(tp)))
-        return tuple(groups)
+        return _layer_groups(self, tp)
 
     @property
     def n_kv_layers(self) -> int:
@@ -351,3 +341,21 @@ class ModelShape:
         return " · ".join(parts)
 
 
+
+
+@functools.lru_cache(maxsize=512)
+def _layer_groups(model: ModelShape, tp: int) -> tuple[LayerGroup, ...]:
+    members: dict[tuple[LayerKind, int | None], list[int]] = {}
+    for index, kind in enumerate(model.kinds):
+        if kind is not None:
+            members.setdefault((kind, model._window(kind)), []).append(index)
+    groups = []
+    for (kind, window), indices in members.items():
+        if kind in STATE_KINDS:
+            groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices),
+                                     state_values_per_sequence=model.state.values_per_gpu(tp),
+                                     state_dtype_bytes=model.state.dtype_bytes))
+        else:
+            groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices), window=window,
+                                     kv_values_per_token=model.values_per_layer_per_token_per_gpu(tp)))
+    return tuple(groups)

@@ -20,7 +20,7 @@ from typing import Any
 from hardware.gpus import GPU
 from sizing.formula import FormulaStep, formula_steps
 from sizing.kv import GpuCount, KVCacheSpec, KvCapacity, gpus_needed, kv_capacity, max_context, max_users
-from sizing.kv import LayerKindRow, layer_kind_rows, usable_bytes
+from sizing.kv import DEFAULT_USABLE_FRACTION, LayerKindRow, layer_kind_rows, usable_bytes
 from sizing.models import ModelShape
 from sizing.plan import DeploymentPlan, plan_deployment
 from sizing.precisions import PRECISION_NAMES, Precision
@@ -62,6 +62,14 @@ class Handoff:
     tp: int = 1
     preset_id: str | None = None
     weight_dtype: str = ""
+    users: int = 0
+    usable_fraction: float = DEFAULT_USABLE_FRACTION
+    # The engine settings the sizer's answer followed (set by the page): the planner's answer
+    # follows the same ones.
+    gpu_memory_utilization: float | None = None
+    max_num_batched_tokens: int | None = None
+    max_num_seqs: int | None = None
+    engine_rule: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,7 +261,8 @@ def _handoff(inp: Resolved, mem: _Memory) -> Handoff:
         block_size=inp.request.block_size,
         summary=summary,
         model_name=inp.model.name, kv_dtype=inp.kv.name, gpu_id=inp.gpu.id, n_gpus=inp.n_gpus, tp=inp.tp,
-        preset_id=inp.preset_id, weight_dtype=inp.weights.name,
+        preset_id=inp.preset_id, weight_dtype=inp.weights.name, users=inp.users,
+        usable_fraction=float(inp.usable),
     )
 
 

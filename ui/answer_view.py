@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import streamlit as st
 
-from sizing.answer import Answer
+from sizing.answer import Answer, EngineSettings, answer_for
+from sizing.report import SizingRequest, size_deployment
 from ui.layout import metric_row
 from ui.tables import readable
 
 ANSWER_GPUS = "GPUs to deploy"
 ANSWER_LAYOUT = "Layout"
 ANSWER_REQUESTS = "Requests per replica"
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def cached_answer(request: SizingRequest, settings: EngineSettings) -> Answer:
+    """The answer for the sizer's ``request`` under the engine ``settings`` (one call for both pages)."""
+    return answer_for(size_deployment(request), settings)
 
 
 def render_answer(answer: Answer, *, key: str) -> None:
@@ -42,7 +49,9 @@ def render_answer(answer: Answer, *, key: str) -> None:
         st.code(answer.vllm_command, language="bash")
         st.code(answer.sglang_command, language="bash")
     with st.expander("Layouts considered"):
-        records = [{**o.as_record(), "gpus": o.gpus or 0, "replicas": o.replicas or 0} for o in answer.options]
+        records = [{**o.as_record(), "gpus": o.gpus or 0, "replicas": o.replicas or 0,
+                    "kv_bytes_per_gpu": round((o.kv_bytes_per_gpu or 0) / 2**30, 2)} for o in answer.options]
         st.dataframe(readable(records, rename={"tp": "TP", "pp": "PP", "gpus": "GPUs (0: does not fit)",
-                                               "replicas": "replicas (0: does not fit)"}).shown,
+                                               "replicas": "replicas (0: does not fit)",
+                                               "kv_bytes_per_gpu": "KV memory per GPU (GiB)"}).shown,
                      hide_index=True, key=f"{key}_answer_options")
