@@ -28,7 +28,7 @@ from ui.handoff import publish, with_engine
 from ui.layout import stacking
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
-from ui.sizer_view import render_report
+from ui.sizer_view import CHART_TABS, render_links, render_report
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 from units import UnitSystem
 
@@ -58,6 +58,7 @@ FIELDS = (
     ChoiceField("block", "block_size", 16, BLOCK_CHOICES),
     ChoiceField("units", "units", "GiB (binary)", tuple(UNIT_SYSTEMS)),
     *ENGINE_FIELDS,
+    CHART_TABS,
 )
 DEFAULTS = {field.key: field.default for field in FIELDS}
 
@@ -190,14 +191,16 @@ except InputError as exc:
         show_error(st, exc)
     settings = st.session_state.get(LAST_SETTINGS) or EngineSettings()
 answer = cached_answer(request or last_valid(), settings)
+handoff = with_engine(report.handoff, settings)
 if request is not None:
     st.session_state[LAST_VALID] = request
-    publish(with_engine(report.handoff, settings))
+    publish(handoff)
 
 with results:
     if request is None:
         st.caption(":material/history: Showing the last valid results; correct the input marked in red "
                    "to update them.")
     render_answer(answer, key="sizer")
-    render_report(report, UNIT_SYSTEMS[state.value("units")])
+    render_report(report, UNIT_SYSTEMS[state.value("units")], state)
     render_engine(request or last_valid(), report, state)
+    render_links(handoff)

@@ -10,19 +10,23 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from inputs.uploads import dumps_strict
-from sizing.report import SizingReport
+from sizing.report import Handoff, SizingReport
+from ui.handoff import fragmentation_query, planner_query
 from ui import sizer_charts as charts
 from ui.layer_kinds_view import render_layer_kinds
-from ui.layout import chart, metric_row
+from ui.layout import chart, metric_row, page_tabs, tab_field
+from ui.url_state import PageState
 from ui.tables import readable
 # Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
 from units import GIGA_UNIT, UnitSystem
 from units import format_up_to_giga as fmt
 
 POOLED_LABEL = "GPUs if pooled (lower bound)"
+CHART_TABS = tab_field("chart", "chart_tab", {"memory": "Memory vs GPUs", "context": "GPUs vs context",
+                                              "users": "GPUs vs users"})
 
 
-def render_report(report: SizingReport, system: UnitSystem) -> None:
+def render_report(report: SizingReport, system: UnitSystem, state: PageState) -> None:
     """Every section of the results column, in reading order."""
     for warning in report.warnings:
         st.warning(f"**{warning.field}**: {warning.message}", icon=":material/warning:")
@@ -30,7 +34,7 @@ def render_report(report: SizingReport, system: UnitSystem) -> None:
     render_layer_kinds(report, system)
     st.subheader("The formula, with your numbers")
     st.markdown("\n".join(f"1. {step.text}" for step in report.steps))
-    _charts(report, GIGA_UNIT[system])
+    _charts(report, GIGA_UNIT[system], state)
     _without_gqa(report, system)
     _plan(report, system)
     _capacity(report, system)
@@ -43,9 +47,16 @@ def render_report(report: SizingReport, system: UnitSystem) -> None:
     st.download_button("Sizing as JSON (as `python -m sizing --json`)", dumps_strict(report.to_dict(), indent=2),
                        file_name="kv_sizing.json", mime="application/json", icon=":material/download:",
                        key="download_json")
+
+
+def render_links(handoff: Handoff) -> None:
+    """Links to the fragmentation explorer and the planner, carrying the hand-off in their URL."""
     try:
         st.page_link("pages/2_fragmentation.py", label="How much of this budget is really used? "
-                     "Open the fragmentation explorer", icon=":material/view_module:")
+                     "Open the fragmentation explorer", icon=":material/view_module:",
+                     query_params=fragmentation_query(handoff))
+        st.page_link("pages/4_planner.py", label="Time per output token for this answer: open the planner",
+                     icon=":material/speed:", query_params=planner_query(handoff))
     except StreamlitAPIException:
         pass  # the page runs on its own (outside app.py's navigation): nothing to link to
 
@@ -66,17 +77,26 @@ def _headline(report: SizingReport, system: UnitSystem) -> None:
                    f"deployment needs fewer; the answer above places whole replicas")
 
 
-def _charts(report: SizingReport, big_unit: str) -> None:
-    tab_memory, tab_context, tab_users = st.tabs(["Memory vs GPUs", "GPUs vs context", "GPUs vs users"])
-    with tab_memory:
-        chart(charts.memory_vs_gpus(report.charts.memory_vs_gpus, big_unit), key="chart_memory",
-              file_name="memory_vs_gpus")
-    with tab_context:
-        chart(charts.gpus_curves(report.charts.gpus_vs_context, "Context (tokens)", True),
-              key="chart_context", file_name="gpus_vs_context")
-    with tab_users:
-        chart(charts.gpus_curves(report.charts.gpus_vs_users, "Users (concurrent)", True), key="chart_users",
-              file_name="gpus_vs_users")
+def _charts(report: SizingReport, big_unit: str, state: PageState) -> None:
+    tab_memory, tab_context, tab_users = page_tabs(state, CHART_TABS)
+    where = f"{report.model.name} on {report.gpu.name}"
+    if tab_memory.open:
+        with tab_memory:
+            chart(charts.memory_vs_gpus(report.charts.memory_vs_gpus, big_unit,
+                                        title=f"Memory vs GPUs: {where}, {report.users:,} users × {report.context:,}"),
+                  key="chart_memory", file_name="memory_vs_gpus")
+    if tab_context.open:
+        with tab_context:
+            chart(charts.gpus_curves(report.charts.gpus_vs_context, "Context (tokens)", True, here=report.context,
+                                     here_label=f"{report.context:,} tokens",
+                                     title=f"GPUs vs context: {where}, {report.users:,} users"),
+                  key="chart_context", file_name="gpus_vs_context")
+    if tab_users.open:
+        with tab_users:
+            chart(charts.gpus_curves(report.charts.gpus_vs_users, "Users (concurrent)", True, here=report.users,
+                                     here_label=f"{report.users:,} users",
+                                     title=f"GPUs vs users: {where}, {report.context:,} tokens each"),
+                  key="chart_users", file_name="gpus_vs_users")
 
 
 def _without_gqa(report: SizingReport, system: UnitSystem) -> None:

@@ -457,3 +457,17 @@ def test_a_catalogue_id_in_the_hub_box_reads_the_shipped_copy(monkeypatch, tmp_p
     at = run_page({"src": "Hub", "hub": "mixtral-8x7b"})
     assert not at.error and not at.warning and "From the shipped catalogue" in texts(at.caption)
     assert metric(at, "KV per token") == "128 KiB"  # 2 × 32 × 8 × 128 × 2 B
+
+
+def test_the_chart_tab_is_in_the_url_and_each_chart_marks_what_was_asked():
+    at = run_page({"chart": "users", "users": "250", "model": "llama-3.1-8b", "gpu": "h200"})
+    figures = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(figures) == 1  # only the open tab draws
+    users = figures[0]
+    here = [t for t in users["data"] if t["name"].startswith("you are here")]
+    assert here and here[0]["x"] == [250, 250] and here[0]["name"] == "you are here: 250 users"
+    # The title travels with a PNG export: what, model and GPU.
+    assert users["layout"]["title"]["text"] == "GPUs vs users: Llama-3.1-8B on H200 SXM, 32,768 tokens each"
+    at = run_page({"chart": "context", "ctx": "8192"})
+    context = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert [t["x"] for t in context["data"] if t["name"].startswith("you are here")] == [[8192, 8192]]
