@@ -85,18 +85,15 @@ def _charts(report: SizingReport, big_unit: str, state: PageState) -> None:
             chart(charts.memory_vs_gpus(report.charts.memory_vs_gpus, big_unit,
                                         title=f"Memory vs GPUs: {where}, {report.users:,} users × {report.context:,}"),
                   key="chart_memory", file_name="memory_vs_gpus")
-    if tab_context.open:
-        with tab_context:
-            chart(charts.gpus_curves(report.charts.gpus_vs_context, "Context (tokens)", True, here=report.context,
-                                     here_label=f"{report.context:,} tokens",
-                                     title=f"GPUs vs context: {where}, {report.users:,} users"),
-                  key="chart_context", file_name="gpus_vs_context")
-    if tab_users.open:
-        with tab_users:
-            chart(charts.gpus_curves(report.charts.gpus_vs_users, "Users (concurrent)", True, here=report.users,
-                                     here_label=f"{report.users:,} users",
-                                     title=f"GPUs vs users: {where}, {report.context:,} tokens each"),
-                  key="chart_users", file_name="gpus_vs_users")
+    curves = ((tab_context, report.charts.gpus_vs_context, "Context (tokens)", report.context,
+               f"{report.context:,} tokens", f"GPUs vs context: {where}, {report.users:,} users", "context"),
+              (tab_users, report.charts.gpus_vs_users, "Users (concurrent)", report.users,
+               f"{report.users:,} users", f"GPUs vs users: {where}, {report.context:,} tokens each", "users"))
+    for tab, series, axis, here, here_label, title, name in curves:
+        if tab.open:
+            with tab:
+                chart(charts.gpus_curves(series, axis, True, here=here, here_label=here_label, title=title),
+                      key=f"chart_{name}", file_name=f"gpus_vs_{name}")
 
 
 def _without_gqa(report: SizingReport, system: UnitSystem) -> None:
