@@ -484,12 +484,15 @@ def format_table(report: SizingReport, answer: Answer) -> str:
         (f"KV per token per GPU at TP {r.tp}", format_bytes(r.per_gpu_kv_bytes_per_token)),
         ("reference formula's TP plan (vendor GB × usable)", plan.summary),
         (f"KV budget ({'given' if r.kv_budget_given else f'{r.n_gpus} GPUs'})", both(max(r.kv_budget_bytes, 0))),
-        (f"capacity ({r.block_size}-token blocks)", f"{r.capacity.blocks:,} blocks = {r.capacity.tokens:,} tokens"),
-        (f"max concurrency at {r.context:,}", f"{r.capacity.max_concurrency:,.2f}"),
+        *((("capacity (state only)", f"no per-token KV: {r.capacity.max_concurrency:,.0f} sequence states"),)
+          if not r.model.n_kv_layers else
+          ((f"capacity ({r.block_size}-token blocks)", f"{r.capacity.blocks:,} blocks = {r.capacity.tokens:,} tokens"),
+           (f"max concurrency at {r.context:,}", f"{r.capacity.max_concurrency:,.2f}"))),
         (f"most users at {r.context:,} on {r.n_gpus} GPUs deployed", f"{r.max_users:,}"
          + ("" if r.max_users >= r.users else f" (fewer than the {r.users:,} asked)")),
         (f"longest context for {r.users:,} users",
-         "unbounded (every layer slides)" if r.max_context is None else f"{r.max_context:,} tokens"),
+         ("unbounded (every layer slides)" if r.model.n_kv_layers else "unbounded (no layer's memory grows with "
+          "length)") if r.max_context is None else f"{r.max_context:,} tokens"),
         ("without GQA (MHA)", f"{format_bytes(r.without_gqa.per_token_bytes)}/token, "
                                f"{both(r.without_gqa.kv_bytes_total)}, {r.without_gqa.gpus.label} GPUs"),
     ]

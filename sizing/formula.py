@@ -52,28 +52,37 @@ def _bpv_text(p: Precision) -> str:
 
 
 def _values_step(m: ModelShape, spec: KVCacheSpec) -> FormulaStep:
+    layers = m.n_kv_layers  # Mamba / linear-attention layers keep a state instead (the per-user step)
+    if not layers:
+        return FormulaStep(label="KV values per token: none (no layer caches per-token KV)",
+                           expression=f"0 of {m.layers} layers hold attention; each sequence keeps a recurrent "
+                                      f"state instead", value=0, unit="values")
     if m.attention is AttentionKind.MLA:
-        expression = f"{m.layers} × ({m.kv_lora_rank} + {m.qk_rope_head_dim})"
+        expression = f"{layers} × ({m.kv_lora_rank} + {m.qk_rope_head_dim})"
         label = "KV values per token = layers × (latent + RoPE key), no factor 2 (MLA)"
     elif m.v_head_dim and m.v_head_dim != m.head_dim:
-        expression = f"{m.layers} × {m.kv_heads} × ({m.head_dim} + {m.v_head_dim})"
+        expression = f"{layers} × {m.kv_heads} × ({m.head_dim} + {m.v_head_dim})"
         label = "KV values per token = layers × KV heads × (K dim + V dim)"
     else:
-        expression = f"2 × {m.layers} × {m.kv_heads} × {m.head_dim}"
+        expression = f"2 × {layers} × {m.kv_heads} × {m.head_dim}"
         label = "KV values per token = 2 (K and V) × layers × KV heads × head dim"
+    if m.n_state_layers:
+        label = label.replace("× layers", "× attention layers").replace("= layers", "= attention layers")
     return FormulaStep(label=label, expression=expression, value=spec.values_per_token, unit="values")
 
 
 def _per_user_expression(m: ModelShape, spec: KVCacheSpec, tokens: int) -> str:
-    """Bytes per token × tokens, split into full and sliding-window layers past the window."""
+    """Bytes per token × tokens, split into full and sliding-window layers past the window, plus
+    the recurrent state of Mamba / linear-attention layers."""
+    state = f" + {_fmt(spec.state_bytes_per_sequence)} of recurrent state" if spec.state_bytes_per_sequence else ""
     if m.sliding_window is None or tokens <= m.sliding_window:
-        return f"{_fmt(spec.bytes_per_token)} × {tokens:,}"
-    per_layer = spec.bytes_per_token / m.layers
+        return f"{_fmt(spec.bytes_per_token)} × {tokens:,}{state}"
+    per_layer = spec.bytes_per_token / m.n_kv_layers
     parts = []
     if m.n_full_layers:
         parts.append(f"{_fmt(per_layer * m.n_full_layers)} × {tokens:,}")
     parts.append(f"{_fmt(per_layer * m.n_sliding_layers)} × {m.sliding_window:,} (window)")
-    return " + ".join(parts)
+    return " + ".join(parts) + state
 
 
 def _tp_step(m: ModelShape, spec: KVCacheSpec, tp: int) -> FormulaStep:

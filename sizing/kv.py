@@ -146,7 +146,10 @@ def gpus_needed(total_bytes: int | Fraction, usable_per_gpu: int | Fraction) -> 
 
 @dataclass(frozen=True, kw_only=True)
 class KvCapacity:
-    """What a KV budget holds, rounded to whole blocks as vLLM does: floor(budget / block bytes)."""
+    """What a KV budget holds, rounded to whole blocks as vLLM does: floor(budget / block bytes).
+
+    A model with no per-token KV (state only) has no blocks; ``max_concurrency`` is then the
+    sequence states the budget holds, at any context."""
 
     budget_bytes: int
     block_bytes: Fraction  # whole model, replicated heads included
@@ -170,6 +173,12 @@ def kv_capacity(spec: KVCacheSpec, budget_bytes: int | Fraction, context: int) -
     """
     check_int("context", context, high=1 << 40)
     block = spec.block_bytes_per_gpu * spec.tp
+    if not block:
+        # No layer caches per-token KV (a state-only model): no blocks; what the budget holds is
+        # sequence states, whatever their length.
+        states = max_users(spec, budget_bytes, context)
+        return KvCapacity(budget_bytes=math.floor(budget_bytes), block_bytes=block, blocks=0, tokens=0,
+                          block_size=spec.block_size, context=context, max_concurrency=float(states))
     blocks = max(0, math.floor(Fraction(budget_bytes) / block))
     tokens = blocks * spec.block_size
     return KvCapacity(
@@ -188,8 +197,8 @@ def max_users(spec: KVCacheSpec, budget_bytes: int | Fraction, context: int) -> 
 def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, limit: int = 1 << 40) -> int | None:
     """Longest context for ``users`` sequences within ``budget_bytes``, at most ``limit`` tokens.
 
-    None means unbounded: every layer slides, so a sequence's cache stops growing at the window
-    and that fits.
+    None means unbounded: every layer slides (or none caches per-token KV), so a sequence's
+    memory stops growing and that fits.
     """
     check_int("users", users)
     budget = Fraction(budget_bytes)
@@ -197,6 +206,8 @@ def max_context(spec: KVCacheSpec, budget_bytes: int | Fraction, users: int, lim
     window = model.longest_window
     if window is not None and users * spec.sequence_bytes_all_gpus(window) <= budget:
         return None
+    if not model.n_kv_layers and users * spec.sequence_bytes_all_gpus(1) <= budget:
+        return None  # state only: a sequence's memory does not grow with its length
     # 0 when not one token fits (a recurrent state alone can exceed the budget).
     return largest_fitting(lambda tokens: users * spec.sequence_bytes_all_gpus(tokens) <= budget, limit)
 

@@ -243,7 +243,8 @@ def _without_gqa(inp: Resolved, mem: _Memory) -> GqaComparison:
         per_token_bytes=math.ceil(mha.bytes_per_token),
         kv_bytes_total=math.ceil(mha_total),
         gpus=gpus_needed(mem.weights + mha_total, mem.usable),
-        factor=float(mha.bytes_per_token / mem.spec.bytes_per_token),
+        # Without per-token KV (state only) GQA changes nothing: the factor is 1.
+        factor=float(mha.bytes_per_token / mem.spec.bytes_per_token) if mem.spec.bytes_per_token else 1.0,
     )
 
 

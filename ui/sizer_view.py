@@ -65,6 +65,9 @@ def _headline(report: SizingReport, system: UnitSystem) -> None:
     m = report.model
     st.markdown(f"**{m.name}** · {m.attention} · {m.layers} layers, {m.q_heads} query / {m.kv_heads} KV heads, "
                 f"head dim {m.head_dim} · {report.kv_precision.label} KV · {report.gpu.name}")
+    if not m.n_kv_layers:
+        st.info("No layer of this model caches per-token KV: each sequence keeps a recurrent state of "
+                f"{fmt(report.state_bytes_per_sequence, system)}, whatever its length.", icon=":material/info:")
     m1 = m2 = m3 = metric_row()
     m1.metric("KV per token", fmt(report.per_token_bytes, system))
     m2.metric(f"Per user at {report.context:,}", fmt(report.per_user_bytes, system))
@@ -133,6 +136,10 @@ def _capacity(report: SizingReport, system: UnitSystem) -> None:
     r2.metric(f"Most users at {report.context:,} tokens", f"{report.max_users:,}")
     r3.metric(f"Longest context for {report.users:,} users",
               "unbounded" if report.max_context is None else f"{report.max_context:,}")
+    if not report.model.n_kv_layers:
+        r4.metric("Sequence states held", f"{cap.max_concurrency:,.0f}",
+                  help="No layer caches per-token KV: the budget holds whole recurrent states, at any context.")
+        return
     r4.metric("KV capacity (whole blocks)", f"{cap.tokens:,} tokens",
               help=f"{cap.blocks:,} blocks of {cap.block_size} tokens; maximum concurrency at "
                    f"{cap.context:,} tokens: {cap.max_concurrency:,.2f}×")
