@@ -42,7 +42,7 @@ from sizing.engine.groups import GroupingRule
 from sizing.engine.launch import LaunchPlan, sglang_command, vllm_command
 from sizing.engine.memory import ActivationShape
 from sizing.engine.pipeline import pipeline_stage
-from sizing.errors import SizingError
+from sizing.errors import NoKVRoom, SizingError
 from sizing.models import check_int
 from sizing.presets import get_preset
 from sizing.report import SizingReport
@@ -50,7 +50,6 @@ from sizing.report import SizingReport
 MAX_PLANNED_UTILIZATION = 0.95  # above this the answer adds GPUs rather than squeeze the runtime's headroom
 MAX_ANSWER_TP = 8  # one node's NVLink domain; wider groups are pipeline stages
 MAX_ANSWER_PP = 16
-_BUDGET_FIELDS = ("gpu_memory_utilization", "kv_budget_gib_per_gpu")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,9 +219,12 @@ def _at(base: _Base, tp: int, pp: int, users: int | None = None) -> EngineReques
 def _option(base: _Base, tp: int, pp: int) -> AnswerOption:
     try:
         engine = plan_engine(_at(base, tp, pp))
+    except NoKVRoom as exc:
+        return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None,
+                            reason="the weights leave no room for a KV block" if exc.field == "gpu_memory_utilization"
+                            else f"no room for a KV block ({exc.field}: {exc.message})")
     except SizingError as exc:
-        reason = "the weights leave no room for a KV block" if exc.field in _BUDGET_FIELDS else exc.message
-        return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None, reason=reason)
+        return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None, reason=exc.message)
     if not engine.fits_one_request:
         return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None,
                             kv_bytes_per_gpu=engine.available_kv_bytes_per_gpu,
@@ -276,6 +278,15 @@ def _asked_tp_note(base: _Base, options: list[AnswerOption], best: AnswerOption)
         return f"TP {asked}, as asked, cannot serve one request ({option.reason}); the answer uses TP {best.tp}"
     return (f"TP {asked}, as asked: {option.requests_per_replica:,} requests per replica, "
             f"{option.replicas:,} replicas = {option.gpus:,} GPUs")
+
+
+def _nothing_fits_note(options: list[AnswerOption]) -> str:
+    """Why nothing fits, from the widest layout tried."""
+    if not options:
+        return f"vLLM accepts no TP up to {MAX_ANSWER_TP} for these attention heads"
+    widest = max(options, key=lambda o: (o.tp * o.pp, o.tp))
+    return (f"No TP up to {MAX_ANSWER_TP} with up to {MAX_ANSWER_PP} pipeline stages holds one request: "
+            f"at TP {widest.tp} × PP {widest.pp}, {widest.reason}")
 
 
 def _commands(base: _Base, best: AnswerOption, engine: EngineReport, launch: Launchable, load: int) -> tuple[str, str]:
@@ -339,7 +350,7 @@ def answer_for(report: SizingReport, settings: EngineSettings | None = None) -> 
     if not fitting:
         return Answer(tp=None, pp=None, replicas=None, requests_per_replica=0, load_per_replica=0,
                       required_utilization=None, vllm_command=None, sglang_command=None,
-                      notes=("No TP up to 8 with up to 16 pipeline stages holds one request beside the weights.",),
+                      notes=(_nothing_fits_note(options),),
                       **common)
     best = min(fitting, key=lambda o: (o.gpus, o.pp, o.tp))
     load = math.ceil(report.users / best.replicas)

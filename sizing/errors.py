@@ -17,3 +17,13 @@ class SizingError(InputError):
 
 class ConfigError(SizingError):
     """A Hugging Face ``config.json`` that cannot be read; ``field`` is the JSON key (or ``"config"``)."""
+
+
+class NoKVRoom(SizingError):
+    """The memory profile leaves no room for one KV block. ``field`` names the input that drives
+    the term taking the memory; ``measured`` is True when that input is a figure the user gave
+    (a KV budget or a measured term), which is then what is wrong, not the deployment."""
+
+    def __init__(self, field: str, message: str, *, measured: bool = False) -> None:
+        super().__init__(field, message)
+        self.measured = measured

@@ -24,8 +24,8 @@ from hardware.gpus import GPU, get_gpu
 from inputs.errors import InputError
 from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
 from sizing.engine.launch import LaunchPlan, sglang_command, sglang_max_total_tokens, sglang_mem_fraction, vllm_command
-from sizing.engine.memory import ActivationShape, MemoryProfile, memory_profile
-from sizing.errors import SizingError
+from sizing.engine.memory import LOGIT_BYTES, SAMPLER_VOCAB_COPIES, ActivationShape, MemoryProfile, memory_profile
+from sizing.errors import NoKVRoom, SizingError
 from sizing.kv import weights_bytes
 from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.precisions import Precision, get_precision
@@ -249,19 +249,47 @@ def _smallest_tp(request: EngineRequest, inp: _Inputs) -> int | None:
     return None
 
 
+def _no_room(request: EngineRequest, inp: _Inputs, profile: MemoryProfile, layout: KVCacheLayout) -> NoKVRoom:
+    """The error for a profile that holds no KV block, naming the term that takes the memory
+    and the input that drives it: a given budget; the weights (gpu_memory_utilization, or a
+    larger TP); else the largest runtime term — a measured figure, or the activation peak's
+    phase (max_num_batched_tokens for the forward pass, max_num_seqs for the sampler)."""
+    block = f"one block in every layer slot takes {layout.bytes_per_block_all_layers / GiB * 1024:,.2f} MiB"
+    left = f"leaves {profile.available_bytes / GiB:,.2f} GiB per GPU for the KV cache"
+    if request.kv_budget_bytes_per_gpu is not None:
+        return NoKVRoom("kv_budget_gib_per_gpu", f"{left}; {block}", measured=True)
+    requested = profile.requested_bytes
+    share = f"of the {requested / GiB:,.2f} GiB that gpu_memory_utilization {profile.utilization:g} asks for"
+    if profile.weights.bytes >= requested:
+        return NoKVRoom("gpu_memory_utilization", f"{left}: the weights take {profile.weights.bytes / GiB:,.2f} GiB "
+                                                  f"{share} at TP {request.tp} (a larger TP splits them)")
+    runtime = max((profile.activation, profile.non_torch, profile.cuda_graph), key=lambda t: t.bytes)
+    given = {"activation peak": "activation_bytes", "non-torch": "non_torch_bytes", "CUDA graphs": "cuda_graph_bytes"}
+    if not runtime.estimated:
+        return NoKVRoom(given[runtime.name], f"{left}: the {runtime.name} given takes {runtime.bytes / GiB:,.2f} GiB "
+                                             f"{share}", measured=True)
+    if runtime is profile.activation and runtime.bytes > profile.weights.bytes:
+        rows = min(request.max_num_seqs, request.max_num_batched_tokens)
+        tokens = request.max_num_batched_tokens
+        sampler = SAMPLER_VOCAB_COPIES * rows * inp.activation.vocab * LOGIT_BYTES
+        field_name, driver = (("max_num_seqs", f"the sampler over {rows:,} rows (max_num_seqs)")
+                              if sampler >= runtime.bytes else
+                              ("max_num_batched_tokens", f"the forward pass of {tokens:,} tokens (max_num_batched_tokens)"))
+        return NoKVRoom(field_name, f"{left}: the activation peak of {driver} takes {runtime.bytes / GiB:,.2f} GiB {share}")
+    return NoKVRoom("gpu_memory_utilization", f"{left} ({block}): the weights take {profile.weights.bytes / GiB:,.2f} "
+                                              f"GiB and the {runtime.name} {runtime.bytes / GiB:,.2f} GiB {share}")
+
+
 def plan_engine(request: EngineRequest) -> EngineReport:
     """Every engine-mode figure for one request (see :class:`EngineReport`).
 
-    Raises :class:`SizingError` naming ``gpu_memory_utilization`` (or ``kv_budget_gib_per_gpu``
-    when the budget was given) when the KV budget cannot hold a single block.
+    Raises :class:`~sizing.errors.NoKVRoom` when the KV budget cannot hold a single block,
+    naming the input that drives the term taking the memory (see :func:`_no_room`).
     """
     inp = _resolve(request)
     profile, layout, blocks = _figures(request, inp, request.tp, request.gpu_memory_utilization)
-    field_name = "kv_budget_gib_per_gpu" if request.kv_budget_bytes_per_gpu is not None else "gpu_memory_utilization"
     if blocks == 0:
-        raise SizingError(field_name, f"leaves {profile.available_bytes / GiB:,.2f} GiB per GPU for the KV cache, "
-                                      f"less than one block in every layer slot "
-                                      f"({layout.bytes_per_block_all_layers / GiB * 1024:,.2f} MiB)")
+        raise _no_room(request, inp, profile, layout)
     concurrency = layout.max_concurrency(blocks, request.max_model_len, request.max_num_batched_tokens)
     per_request = layout.request_bytes(request.max_model_len, request.max_num_batched_tokens)
     limit = inp.model.max_context or MAX_TOKENS

@@ -27,7 +27,7 @@ from sizing.engine.capacity import (
 )
 from sizing.engine.groups import GroupingRule
 from sizing.engine.memory import ActivationShape
-from sizing.errors import SizingError
+from sizing.errors import NoKVRoom
 from sizing.hf_config import MAX_CONFIG_BYTES
 from sizing.presets import DEFAULT_PRESET
 from units import GiB
@@ -131,11 +131,12 @@ def run_engine(request: EngineRequest) -> EngineOutput:
     """
     try:
         report = plan_engine(request)
-    except SizingError as exc:
-        if exc.field != "gpu_memory_utilization":
+    except NoKVRoom as exc:
+        if exc.measured:
             raise
         return EngineOutput(report=None,
-                            refused=f"TP {request.tp} cannot serve this model: vLLM's memory profile {exc.message}")
+                            refused=f"TP {request.tp} cannot serve it as set ({exc.field}): vLLM's memory profile "
+                                    f"{exc.message}")
     return EngineOutput(report=report)
 
 
