@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from hardware.gpus import GPU, custom_gpu, get_gpu
 from scripts.engine_log_cases import CASES, LogCase
 from sizing.engine.capacity import EngineRequest, plan_engine
+from sizing.engine.memory import ActivationShape
+from sizing.engine.pipeline import pipeline_stage
 from sizing.engine.vllm_log import ParsedLog, parse_vllm_log
 from sizing.errors import SizingError
 from sizing.precisions import get_precision
@@ -75,8 +77,17 @@ def _v0_total_gib(case: LogCase) -> float | None:
 
 def _request(case: LogCase, parsed: ParsedLog, *, cuda_graph_bytes: int | None) -> tuple[EngineRequest, str]:
     shape = case.shape if case.shape is not None else get_preset(case.preset).shape
-    # Each pipeline stage holds its share of the layers; the engine divides what it is given by TP.
-    weights = model_weight_bytes(shape, get_precision(case.weight_dtype)).bytes // case.pp
+    weights = model_weight_bytes(shape, get_precision(case.weight_dtype)).bytes
+    model = case.preset if case.shape is None else case.shape
+    widths = case.widths
+    if case.pp > 1:
+        # The log is rank 0's: pipeline stage 0, with its share of the layers (vLLM's split) and
+        # no sampler (the last stage runs it); the engine divides what it is given by TP.
+        stage = pipeline_stage(shape, case.pp, 0)
+        weights = weights * stage.layers // shape.layers
+        if widths is None and case.preset is not None:
+            widths = ActivationShape.from_config(get_preset(case.preset).config)
+        model = stage
     gpu = _gpu(case)
     total = None
     source = f"{gpu.name} catalogue, {'driver total' if gpu.engine_total_measured else 'vendor GB'}"
@@ -85,10 +96,10 @@ def _request(case: LogCase, parsed: ParsedLog, *, cuda_graph_bytes: int | None) 
         total = round(logged_total * GiB)
         source = "the log's total_gpu_memory"
     request = EngineRequest(
-        model=case.preset if case.shape is None else case.shape, gpu=gpu, tp=case.tp, kv_dtype=case.kv_dtype,
+        model=model, gpu=gpu, tp=case.tp, kv_dtype=case.kv_dtype, last_pp_stage=case.pp == 1,
         max_model_len=case.max_model_len, gpu_memory_utilization=case.gpu_memory_utilization,
         max_num_batched_tokens=case.max_num_batched_tokens, max_num_seqs=case.max_num_seqs,
-        enforce_eager=case.enforce_eager, activation=case.widths, total_bytes_per_gpu=total,
+        enforce_eager=case.enforce_eager, activation=widths, total_bytes_per_gpu=total,
         weights_total_bytes=weights, cuda_graph_bytes=cuda_graph_bytes)
     return request, source
 

@@ -201,8 +201,8 @@ def _base(report: SizingReport, settings: EngineSettings, repo: str, activation:
     return _Base(report=report, settings=settings, request=request)
 
 
-def _at(base: _Base, tp: int, pp: int, users: int | None = None) -> EngineRequest:
-    """The engine request of one replica's first stage at ``tp`` × ``pp``."""
+def _at(base: _Base, tp: int, pp: int, users: int | None = None, stage: int = 0) -> EngineRequest:
+    """The engine request of stage ``stage`` of one replica at ``tp`` × ``pp``."""
     request, settings = base.request, base.settings
     if pp == 1 and tp == settings.measured_tp:
         request = replace(request, kv_budget_bytes_per_gpu=settings.kv_budget_bytes_per_gpu,
@@ -210,15 +210,26 @@ def _at(base: _Base, tp: int, pp: int, users: int | None = None) -> EngineReques
                           cuda_graph_bytes=settings.cuda_graph_bytes)
     if pp == 1:
         return replace(request, tp=tp, users=users)
-    stage = pipeline_stage(base.report.model, pp, 0)
-    share = Fraction(stage.layers, base.report.model.layers)
-    return replace(request, model=stage, tp=tp, users=users,
+    part = pipeline_stage(base.report.model, pp, stage)
+    share = Fraction(part.layers, base.report.model.layers)
+    return replace(request, model=part, tp=tp, users=users, last_pp_stage=stage == pp - 1,
                    weights_total_bytes=math.ceil(request.weights_total_bytes * share))
+
+
+def _stages(pp: int) -> tuple[int, ...]:
+    """The stages that can bind: the first holds the most layers, the last runs the sampler."""
+    return (0,) if pp == 1 else (0, pp - 1)
+
+
+def _binding(base: _Base, tp: int, pp: int, users: int | None = None) -> EngineReport:
+    """The stage of one replica that holds the fewest requests (its figures are the replica's)."""
+    reports = [plan_engine(_at(base, tp, pp, users, stage)) for stage in _stages(pp)]
+    return min(reports, key=lambda r: (r.fits_one_request, r.max_concurrency))
 
 
 def _option(base: _Base, tp: int, pp: int) -> AnswerOption:
     try:
-        engine = plan_engine(_at(base, tp, pp))
+        engine = _binding(base, tp, pp)
     except NoKVRoom as exc:
         return AnswerOption(tp=tp, pp=pp, requests_per_replica=0, replicas=None,
                             reason="the weights leave no room for a KV block" if exc.field == "gpu_memory_utilization"
@@ -354,7 +365,7 @@ def answer_for(report: SizingReport, settings: EngineSettings | None = None) -> 
                       **common)
     best = min(fitting, key=lambda o: (o.gpus, o.pp, o.tp))
     load = math.ceil(report.users / best.replicas)
-    engine = plan_engine(_at(base, best.tp, best.pp, users=load))
+    engine = _binding(base, best.tp, best.pp, users=load)
     vllm, sglang = (_commands(base, best, engine, launch, load) if launch.launchable else (None, None))
     notes = [n for n in (_asked_tp_note(base, options, best), launch.note, named) if n]
     if settings.gpu_memory_utilization > MAX_PLANNED_UTILIZATION:

@@ -70,6 +70,7 @@ class EngineRequest:
     activation_bytes: int | None = None
     non_torch_bytes: int | None = None
     cuda_graph_bytes: int | None = None
+    last_pp_stage: bool = True  # False: a pipeline stage before the last (no sampler, no logits)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,6 +210,7 @@ def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) 
         activation_bytes=request.activation_bytes, non_torch=request.non_torch_bytes,
         cuda_graph=request.cuda_graph_bytes,
         available_bytes=request.kv_budget_bytes_per_gpu if tp == request.tp else None,
+        last_pp_stage=request.last_pp_stage,
     )
 
 
@@ -271,7 +273,7 @@ def _no_room(request: EngineRequest, inp: _Inputs, profile: MemoryProfile, layou
     if runtime is profile.activation and runtime.bytes > profile.weights.bytes:
         rows = min(request.max_num_seqs, request.max_num_batched_tokens)
         tokens = request.max_num_batched_tokens
-        sampler = SAMPLER_VOCAB_COPIES * rows * inp.activation.vocab * LOGIT_BYTES
+        sampler = SAMPLER_VOCAB_COPIES * rows * inp.activation.vocab * LOGIT_BYTES if request.last_pp_stage else 0
         field_name, driver = (("max_num_seqs", f"the sampler over {rows:,} rows (max_num_seqs)")
                               if sampler >= runtime.bytes else
                               ("max_num_batched_tokens", f"the forward pass of {tokens:,} tokens (max_num_batched_tokens)"))

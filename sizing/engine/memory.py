@@ -162,8 +162,12 @@ class MemoryProfile:
         }
 
 
-def activation_peak_bytes(shape: ActivationShape, *, tp: int, max_num_batched_tokens: int, max_num_seqs: int) -> int:
-    """The estimated activation peak of vLLM's profiling run on one GPU (see the module notes)."""
+def activation_peak_bytes(shape: ActivationShape, *, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                          sampler: bool = True) -> int:
+    """The estimated activation peak of vLLM's profiling run on one GPU (see the module notes).
+
+    ``sampler`` False: a pipeline stage before the last, which computes no logits — vLLM runs
+    ``_dummy_sampler_run`` on the last PP rank only — so the peak is the forward pass alone."""
     check_int("tp", tp, high=4096)
     tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, high=1 << 24)
     rows = min(check_int("max_num_seqs", max_num_seqs, high=1 << 20), tokens)
@@ -171,8 +175,8 @@ def activation_peak_bytes(shape: ActivationShape, *, tp: int, max_num_batched_to
     if shape.experts_per_token and shape.moe_intermediate:
         mlp = max(mlp if shape.intermediate else 0, 3 * shape.experts_per_token * shape.moe_intermediate)
     forward = tokens * ACTIVATION_BYTES * (2 * shape.hidden + Fraction(mlp, tp))
-    sampler = SAMPLER_VOCAB_COPIES * rows * shape.vocab * LOGIT_BYTES
-    return math.ceil(max(forward, sampler))
+    logits = SAMPLER_VOCAB_COPIES * rows * shape.vocab * LOGIT_BYTES if sampler else 0
+    return math.ceil(max(forward, logits))
 
 
 def non_torch_bytes(tp: int) -> int:
@@ -203,6 +207,7 @@ def memory_profile(
     non_torch: int | None = None,
     cuda_graph: int | None = None,
     available_bytes: int | None = None,
+    last_pp_stage: bool = True,
 ) -> MemoryProfile:
     """The per-GPU profile; a given term (bytes) replaces its estimate, and ``available_bytes``
     (the log's "Available KV cache memory") replaces the whole subtraction."""
@@ -212,13 +217,14 @@ def memory_profile(
                        basis="driver-reported" if total_measured else "vendor GB (no driver figure known)")
     weights = MemoryTerm(name="weights", bytes=weights_bytes_per_gpu, estimated=not weights_given,
                          basis="given" if weights_given else "parameters × bytes ÷ TP")
-    activation_basis = ("max(forward of max_num_batched_tokens, sampler of max_num_seqs)"
+    activation_basis = (("max(forward of max_num_batched_tokens, sampler of max_num_seqs)" if last_pp_stage else
+                         "forward of max_num_batched_tokens (the sampler runs on the last pipeline stage)")
                         + (" with assumed widths" if shape.assumed else ""))
     return MemoryProfile(
         total=total, utilization=float(utilization), weights=weights,
         activation=_term("activation peak", activation_bytes,
                          activation_peak_bytes(shape, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
-                                               max_num_seqs=max_num_seqs), activation_basis),
+                                               max_num_seqs=max_num_seqs, sampler=last_pp_stage), activation_basis),
         non_torch=_term("non-torch", non_torch, non_torch_bytes(tp), "0.12 GiB + 0.027 GiB per extra TP rank"),
         cuda_graph=_term("CUDA graphs", cuda_graph, 0 if enforce_eager else math.ceil(CUDA_GRAPH_ESTIMATE),
                          "enforce_eager: none" if enforce_eager else "typical 0.4 GiB (0.33–0.65 in cited logs)"),

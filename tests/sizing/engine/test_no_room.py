@@ -67,3 +67,20 @@ def test_the_cli_reports_the_driving_input_at_the_asked_tp_and_still_answers(opt
     assert data["engine_fits_at_tp"] is False and f"({field})" in data["engine_refused_at_tp"]
     assert "gpu_memory_utilization 0.9 asks for" in data["engine_refused_at_tp"]
     assert not data["answer"]["fits"] and field in data["answer"]["notes"][0]
+
+
+def test_only_the_last_pipeline_stage_runs_the_sampler():
+    from sizing.engine.memory import ActivationShape, activation_peak_bytes
+    from sizing.presets import get_preset
+
+    shape = ActivationShape.from_config(get_preset("deepseek-v2-lite").config)
+    # Forward at TP 2, at the widest MLP — the dense first layer's 10,944 (wider than 6 routed
+    # experts × 1,408): 8,192 tokens × 2 B × (2 × 2,048 + 3 × 10,944 / 2) = 336,068,608 B; the
+    # sampler: 10 × 256 rows × 102,400 × 4 B = 1,048,576,000 B, on the last stage only.
+    kwargs = dict(tp=2, max_num_batched_tokens=8192, max_num_seqs=256)
+    assert activation_peak_bytes(shape, sampler=False, **kwargs) == 8192 * 2 * (2 * 2048 + 3 * 10_944 // 2)
+    assert activation_peak_bytes(shape, **kwargs) == 10 * 256 * 102_400 * 4
+    first = plan_engine(EngineRequest(model="deepseek-v2-lite", tp=2, last_pp_stage=False))
+    last = plan_engine(EngineRequest(model="deepseek-v2-lite", tp=2))
+    assert first.profile.available_bytes - last.profile.available_bytes == 10 * 256 * 102_400 * 4 - 336_068_608
+    assert "last pipeline stage" in first.profile.activation.basis
