@@ -10,16 +10,19 @@ formula's TP plan (vendor GB × usable fraction) and the capacity of the GPUs de
 
 The rule, for a KV dtype vLLM can cache (bf16, fp16, fp32, fp8):
 
-1. For every TP size up to one node (8 GPUs) that vLLM accepts — a power of two dividing the
+1. The weights are what the engine loads: a quantised format converts the linear layers only
+   (embeddings, ``lm_head`` and norms stay 16-bit), where the sizer's worked formula counts
+   every parameter in the format, as the reference page does.
+2. For every TP size up to one node (8 GPUs) that vLLM accepts — a power of two dividing the
    query heads, KV heads split or replicated — vLLM's memory profile of one GPU
    (:mod:`sizing.engine.memory`, at ``gpu_memory_utilization`` capped at
    :data:`MAX_PLANNED_UTILIZATION`) and its KV-cache groups give the requests of
    ``max_model_len`` tokens one replica holds: ``floor(Maximum concurrency)``, at most
    ``max_num_seqs``. The users need ``ceil(users / that)`` replicas.
-2. When no TP on one node holds a single request beside the weights, pipeline stages are added
+3. When no TP on one node holds a single request beside the weights, pipeline stages are added
    (the fewest that hold one: vLLM's layer split, each stage a TP group on its own node); the
    first stage holds the most layers and binds.
-3. The answer is the option with the fewest GPUs (ties: fewer stages, then the smaller TP, which
+4. The answer is the option with the fewest GPUs (ties: fewer stages, then the smaller TP, which
    communicates less); its engine figures are recomputed for the load one replica carries,
    ``ceil(users / replicas)``, which gives the utilisation that load needs and the commands'
    ``--max-num-seqs``.
@@ -46,6 +49,7 @@ from sizing.errors import NoKVRoom, SizingError
 from sizing.models import check_int
 from sizing.presets import get_preset
 from sizing.report import SizingReport
+from sizing.weights import engine_weight_bytes
 
 MAX_PLANNED_UTILIZATION = 0.95  # above this the answer adds GPUs rather than squeeze the runtime's headroom
 MAX_ANSWER_TP = 8  # one node's NVLink domain; wider groups are pipeline stages
@@ -189,11 +193,19 @@ class _Base:
     request: EngineRequest  # at TP 1, no PP; options replace tp, model and weights
 
 
+def _engine_weights(report: SizingReport) -> int:
+    """The weights as the engine holds them: the stated safetensors total, else the checkpoint's
+    linear layers in the format and the rest 16-bit (:func:`sizing.weights.engine_weight_bytes`)."""
+    if report.weights_source == "safetensors":
+        return report.weights_bytes
+    return engine_weight_bytes(report.model, report.weight_precision).bytes
+
+
 def _base(report: SizingReport, settings: EngineSettings, repo: str, activation: ActivationShape | None) -> _Base:
     planned = min(float(settings.gpu_memory_utilization), MAX_PLANNED_UTILIZATION)
     request = EngineRequest(
         model=report.model, gpu=report.gpu, tp=1, kv_dtype=report.kv_precision.name,
-        weights_total_bytes=report.weights_bytes, max_model_len=report.context, block_size=report.block_size,
+        weights_total_bytes=_engine_weights(report), max_model_len=report.context, block_size=report.block_size,
         gpu_memory_utilization=planned, max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs, rule=settings.rule, enforce_eager=settings.enforce_eager,
         activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo,

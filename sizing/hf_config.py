@@ -352,6 +352,7 @@ def parse_hf_config(
     if quant is not None:  # linear layers in the format; embeddings, norms (and excluded attention) bf16
         share = (estimate.attention if quant.attention_quantised else 0) + estimate.mlp
         quantized = min(total, round(share * total / estimate.total))
+    linear = min(total, round((estimate.attention + estimate.mlp) * total / estimate.total)) if estimate.total else None
     if name is None:
         name = cfg.get("_name_or_path") or _architecture(cfg) or dims.model_type or "config.json"
         if not isinstance(name, str):
@@ -375,6 +376,7 @@ def parse_hf_config(
             state=layout.state,
             weight_format=quant.name if quant else None,
             quantized_params=quantized,
+            linear_params=linear,
             safetensors_bytes=safetensors_bytes,
             num_experts=dims.experts,
             experts_per_token=dims.experts_per_token,

@@ -86,6 +86,7 @@ class ModelShape:
     state: RecurrentState | None = None  # per-sequence state of the mamba / linear layers
     weight_format: str | None = None  # the format the config's quantization_config selects
     quantized_params: int | None = None  # parameters stored in that format (the rest bf16)
+    linear_params: int | None = None  # parameters in linear layers (what a quantiser converts; from the config)
     safetensors_bytes: int | None = None  # the Hub's safetensors total, when known
 
     def __post_init__(self) -> None:
@@ -114,6 +115,8 @@ class ModelShape:
             check_int("max_context", self.max_context, high=MAX_TOKENS)
         if self.quantized_params is not None:
             check_int("quantized_params", self.quantized_params, low=0, high=self.params)
+        if self.linear_params is not None:
+            check_int("linear_params", self.linear_params, low=0, high=self.params)
         if self.safetensors_bytes is not None:
             check_int("safetensors_bytes", self.safetensors_bytes, high=8 * MAX_PARAMS)
         if self.layer_kinds is not None:

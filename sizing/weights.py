@@ -99,3 +99,18 @@ def model_weight_bytes(model: ModelShape, precision: Precision, *, auto: bool = 
         total = model.quantized_params * precision.bytes_per_value + rest * UNQUANTISED_BYTES
         return WeightBytes(bytes=math.ceil(total), source="estimate")
     return WeightBytes(bytes=math.ceil(model.params * precision.bytes_per_value), source="estimate")
+
+
+def engine_weight_bytes(model: ModelShape, precision: Precision, *, auto: bool = False) -> WeightBytes:
+    """Bytes of the weights as an engine holds them in ``precision``: as :func:`model_weight_bytes`,
+    except that a format the checkpoint is not stored in converts only the linear layers —
+    embeddings, ``lm_head`` and norms stay 16-bit, as vLLM's ``--quantization fp8`` and every
+    published AWQ / GPTQ / FP4 checkpoint keep them. The reference formula (params × bytes)
+    is :func:`model_weight_bytes`'s, and stays the sizer's worked figure."""
+    plain = model_weight_bytes(model, precision, auto=auto)
+    own = precision.name == model.weight_format
+    if plain.source == "safetensors" or own or model.linear_params is None or precision.bits >= 16:
+        return plain
+    rest = model.params - model.linear_params
+    total = model.linear_params * precision.bytes_per_value + rest * UNQUANTISED_BYTES
+    return WeightBytes(bytes=math.ceil(total), source="estimate")

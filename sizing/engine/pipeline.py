@@ -80,8 +80,9 @@ def pipeline_stage(model: ModelShape, pp: int, stage: int = 0, partition: tuple[
                                                                   // model.layers))
     quantized = None if model.quantized_params is None else min(params, model.quantized_params * len(held)
                                                                 // model.layers)
+    linear = None if model.linear_params is None else min(params, model.linear_params * len(held) // model.layers)
     return replace(model, layers=len(held), sliding_layers=sliding, layer_kinds=kinds, params=params,
-                   active_params=active, quantized_params=quantized, safetensors_bytes=None,
+                   active_params=active, quantized_params=quantized, linear_params=linear, safetensors_bytes=None,
                    name=f"{model.name} (PP stage {stage} of {pp}: layers {held.start}–{held.stop - 1})")
 
 

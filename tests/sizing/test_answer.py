@@ -215,3 +215,20 @@ def test_each_command_parsed_back_and_recomputed_serves_the_users(case):
     assert math.floor(engine.max_concurrency) >= args.max_num_seqs
     assert args.max_num_seqs * answer.replicas >= case["users"]
     assert args.tensor_parallel_size * args.pipeline_parallel_size * answer.replicas == answer.gpus
+
+
+def test_the_engine_holds_embeddings_and_lm_head_in_16_bit_when_the_linears_are_quantised():
+    from sizing.weights import engine_weight_bytes
+
+    shape = get_preset("llama-3.1-8b").shape
+    # Llama-3.1-8B's embeddings and untied lm_head: 2 × 128,256 × 4,096 = 1,050,673,152 parameters,
+    # plus 65 RMSNorm weights of 4,096; everything else is a linear layer.
+    rest = 2 * 128_256 * 4096 + 65 * 4096
+    assert abs((shape.params - shape.linear_params) - rest) < 0.001 * rest
+    fp8 = get_precision("fp8", field="weight_dtype")
+    plain, held = model_weight_bytes(shape, fp8).bytes, engine_weight_bytes(shape, fp8).bytes
+    assert held - plain == shape.params - shape.linear_params  # those stay 2 B, not 1 B
+    bf16 = get_precision("bf16", field="weight_dtype")
+    assert engine_weight_bytes(shape, bf16) == model_weight_bytes(shape, bf16)
+    answer = _answer(model="llama-3.1-8b", weight_dtype="fp8", context=8192, users=10)
+    assert answer.engine.profile.weights.bytes == held  # TP 1
