@@ -23,9 +23,8 @@ from simulation.traces import TRACES_DIR, shipped_trace_names
 from sizing.errors import SizingError
 from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
-from sizing.answer import EngineSettings
 from sizing.engine.groups import GroupingRule
-from ui.answer_view import cached_answer, render_answer
+from ui.answer_view import cached_answer, engine_settings_controls, render_answer
 from ui.engine_view import BATCHED, SEQS, UTILIZATION
 from ui.handoff import latest
 from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_field
@@ -86,6 +85,7 @@ state = PageState("planner", [
     NumberField("mnbt", "max_num_batched_tokens", 8192, BATCHED),
     NumberField("mns", "max_num_seqs", 256, SEQS),
     ChoiceField("rule", "engine_rule", str(GroupingRule.HYBRID), tuple(GroupingRule)),
+    FlagField("old", "vllm_before_021", False),
     ChoiceField("source", "source", "measured", SOURCES_IN_ORDER),
     FlagField("override", "override", False),
     NumberField("eff", "efficiency", 0.85, _bound("eff", 0.1, 1.0)),
@@ -112,7 +112,7 @@ def _carried() -> dict:
               "users": handoff.users or None, "usable": handoff.usable_fraction,
               "gpu_memory_utilization": handoff.gpu_memory_utilization,
               "max_num_batched_tokens": handoff.max_num_batched_tokens, "max_num_seqs": handoff.max_num_seqs,
-              "engine_rule": handoff.engine_rule}
+              "engine_rule": handoff.engine_rule, "vllm_before_021": not handoff.cuda_graphs_profiled}
     return {key: value for key, value in values.items() if value not in (None, "")}
 
 
@@ -156,11 +156,7 @@ with st.sidebar:
              help="The first available source down this list is used and labelled.")
     uploaded_bench = st.file_uploader("Harness JSON (`python -m kernels.bench --json`)", type=["json"],
                                       key=key("bench_upload"), max_upload_size=MAX_BENCH_JSON_BYTES // 2**20)
-    with st.expander("Engine settings (for the answer)"):
-        st.number_input("gpu_memory_utilization", 0.05, 1.0, step=0.01, key=key("gpu_memory_utilization"))
-        st.number_input("max_num_batched_tokens", 16, 1 << 20, step=1024, key=key("max_num_batched_tokens"))
-        st.number_input("max_num_seqs", 1, 1 << 16, step=16, key=key("max_num_seqs"))
-        st.selectbox("KV-cache grouping (vLLM version)", tuple(GroupingRule), key=key("engine_rule"))
+    settings = engine_settings_controls(key, value)
     st.checkbox("Override bandwidth efficiency", key=key("override"))
     st.slider("Bandwidth efficiency", 0.1, 1.0, step=0.01, key=key("efficiency"),
               disabled=not value("override"))
@@ -243,9 +239,6 @@ except ValueError as exc:  # a trace the simulator refuses names its row or colu
 server_tab, edge_tab = page_tabs(state, TABS)
 
 # ---- the answer, then the server view ------------------------------------------------------------
-settings = EngineSettings(gpu_memory_utilization=float(value("gpu_memory_utilization")),
-                          max_num_batched_tokens=int(value("max_num_batched_tokens")),
-                          max_num_seqs=int(value("max_num_seqs")), rule=value("engine_rule"))
 if server_tab.open:
     with server_tab:
         try:

@@ -75,7 +75,7 @@ def _v0_total_gib(case: LogCase) -> float | None:
     return float(match.group(1)) if match else None
 
 
-def _request(case: LogCase, parsed: ParsedLog, *, cuda_graph_bytes: int | None) -> tuple[EngineRequest, str]:
+def _request(case: LogCase, parsed: ParsedLog, *, graphs_profiled: bool = True) -> tuple[EngineRequest, str]:
     shape = case.shape if case.shape is not None else get_preset(case.preset).shape
     weights = model_weight_bytes(shape, get_precision(case.weight_dtype)).bytes
     model = case.preset if case.shape is None else case.shape
@@ -100,15 +100,15 @@ def _request(case: LogCase, parsed: ParsedLog, *, cuda_graph_bytes: int | None) 
         max_model_len=case.max_model_len, gpu_memory_utilization=case.gpu_memory_utilization,
         max_num_batched_tokens=case.max_num_batched_tokens, max_num_seqs=case.max_num_seqs,
         enforce_eager=case.enforce_eager, activation=widths, total_bytes_per_gpu=total,
-        weights_total_bytes=weights, cuda_graph_bytes=cuda_graph_bytes)
+        weights_total_bytes=weights, cuda_graphs_profiled=graphs_profiled)
     return request, source
 
 
 def compare(case: LogCase) -> Row:
     """The comparison for one ``in_table`` case."""
     parsed = parse_vllm_log(case.path.read_bytes(), field_name=case.file)
-    request, source = _request(case, parsed, cuda_graph_bytes=None)
-    graphs_off = None if case.cuda_graph_profiled or case.enforce_eager else 0
+    request, source = _request(case, parsed)
+    version_differs = not (case.cuda_graph_profiled or case.enforce_eager)
     try:
         report = plan_engine(request)
     except SizingError as exc:
@@ -118,8 +118,8 @@ def compare(case: LogCase) -> Row:
     profile = report.profile
     predicted = profile.available_bytes / GiB
     matched = predicted
-    if graphs_off is not None:
-        matched = plan_engine(_request(case, parsed, cuda_graph_bytes=graphs_off)[0]).profile.available_bytes / GiB
+    if version_differs:
+        matched = plan_engine(_request(case, parsed, graphs_profiled=False)[0]).profile.available_bytes / GiB
     return Row(case=case, parsed=parsed, total_source=source, logged=parsed.available_gib, predicted=predicted,
                predicted_version_graphs=matched, weights=profile.weights.bytes / GiB,
                activation=profile.activation.bytes / GiB, non_torch=profile.non_torch.bytes / GiB,

@@ -77,6 +77,7 @@ class EngineSettings:
     cuda_graph_bytes: int | None = None
     total_bytes_per_gpu: int | None = None
     measured_tp: int | None = None
+    cuda_graphs_profiled: bool = True  # False: vLLM before 0.21, which did not subtract them
 
     def check(self) -> None:
         u = self.gpu_memory_utilization
@@ -209,7 +210,7 @@ def _base(report: SizingReport, settings: EngineSettings, repo: str, activation:
         gpu_memory_utilization=planned, max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs, rule=settings.rule, enforce_eager=settings.enforce_eager,
         activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo,
-        total_bytes_per_gpu=settings.total_bytes_per_gpu)
+        total_bytes_per_gpu=settings.total_bytes_per_gpu, cuda_graphs_profiled=settings.cuda_graphs_profiled)
     return _Base(report=report, settings=settings, request=request)
 
 

@@ -450,7 +450,8 @@ def engine_settings_from_args(args: argparse.Namespace) -> EngineSettings:
         max_num_seqs=args.max_num_seqs, rule=args.engine_rule, enforce_eager=args.enforce_eager,
         kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu), activation_bytes=gib_bytes(args.activation_gib),
         non_torch_bytes=gib_bytes(args.non_torch_gib), cuda_graph_bytes=gib_bytes(args.cuda_graph_gib),
-        total_bytes_per_gpu=gib_bytes(args.gpu_total_gib), measured_tp=args.tp)
+        total_bytes_per_gpu=gib_bytes(args.gpu_total_gib), measured_tp=args.tp,
+        cuda_graphs_profiled=not args.cuda_graphs_not_profiled)
 
 
 # ---- output --------------------------------------------------------------------------------

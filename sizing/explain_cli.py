@@ -2,6 +2,11 @@
 (JSON), with the model given as for ``python -m sizing`` (a preset, a config, a Hub id or a
 manual shape) and the settings the log may not state as options.
 
+Without a model option the log's own model name is matched to the catalogue
+(:mod:`sizing.engine.log_model`); when it names no catalogue model the output is still JSON, exit
+0: every figure parsed, the catalogue models whose KV bytes fit them, what a reconstruction
+would need, and the fix for a refused start-up.
+
 It sits above both CLIs: the model options come from :mod:`sizing.cli` and the engine's bounds
 from :mod:`sizing.engine.cli`, which therefore needs nothing from :mod:`sizing.cli`.
 """
@@ -16,11 +21,12 @@ from inputs.cli import OneLineParser, UsageError, arg_type, choice, run_cli
 from inputs.uploads import dumps_strict, read_capped, read_path_capped
 from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
 from sizing.engine.cli import BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config
-from sizing.engine.explain import explain_log
+from sizing.engine.explain import explain_log, startup_fix
 from sizing.engine.groups import GroupingRule
+from sizing.engine.log_model import identify_log_model
 from sizing.engine.memory import ActivationShape
-from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
-from sizing.presets import get_preset, presets
+from sizing.engine.vllm_log import MAX_LOG_BYTES, ParsedLog, parse_vllm_log
+from sizing.presets import get_preset
 
 __all__ = ["explain_main"]
 
@@ -48,6 +54,24 @@ def _log_bytes(path: str) -> bytes:
     return read_path_capped(path, MAX_LOG_BYTES, field="log")
 
 
+def _unexplained(parsed: ParsedLog, identified, args: argparse.Namespace) -> dict:
+    """What a log says when no model shape is known: its figures, the candidates, the needs."""
+    needs = ["a model shape: --model ID (a catalogue id), --config config.json, or a manual shape "
+             "(--layers, --q-heads, --kv-heads, --head-dim, --params)"]
+    if parsed.available_gib is None:
+        needs.append("the log's 'Available KV cache memory' line, to rebuild tokens and blocks")
+    if parsed.kv_tokens is None and parsed.gpu_blocks is None and parsed.concurrency is None:
+        needs.append("the log's 'GPU KV cache size' or 'Maximum concurrency' line, to check a reconstruction")
+    if parsed.tp is None and args.tp is None:
+        needs.append("the tensor-parallel size (--tp): the log does not state it (1 is assumed)")
+    if parsed.kv_cache_dtype is None and parsed.dtype is None and args.kv_dtype is None:
+        needs.append("the KV-cache dtype (--kv-dtype): the log does not state it (bf16 is assumed)")
+    fix = startup_fix(parsed, tp=args.tp, max_model_len=args.context,
+                      max_num_batched_tokens=args.max_num_batched_tokens or parsed.max_num_batched_tokens or 8192)
+    return {"parsed": parsed.as_dict(), **identified.as_dict(), "needs": needs,
+            "startup_fix": None if fix is None else fix.as_dict(), "checks": [], "all_within": None}
+
+
 def explain_main(argv: Sequence[str] | None = None) -> int:
     """``python -m sizing explain-log``: exit 0 with JSON, or 2 with one line naming the input."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -57,13 +81,13 @@ def explain_main(argv: Sequence[str] | None = None) -> int:
         parsed = parse_vllm_log(_log_bytes(args.path))
         manual = any(getattr(args, n) is not None for n in ("layers", "q_heads", "kv_heads", "head_dim", "params"))
         activation = None
+        identified = identify_log_model(parsed)
         if args.model is None and args.config is None and not manual:
-            preset = next((p for p in presets() if parsed.model and parsed.model.lower().startswith(p.repo.lower())),
-                          None)
-            if preset is None:
-                raise UsageError(f"argument --model: the log's model {parsed.model!r:.60} is not a preset; "
-                                 "give --model, --config or a manual shape")
-            model, activation = preset.shape, ActivationShape.from_config(preset.config)
+            entry = identified.match.entry
+            if entry is None:
+                print(dumps_strict(_unexplained(parsed, identified, args), indent=2))
+                return 0
+            model, activation = entry.shape, ActivationShape.from_config(entry.config)
         else:
             model = model_from_args(args)
             if args.config is not None:
@@ -74,7 +98,7 @@ def explain_main(argv: Sequence[str] | None = None) -> int:
                                   max_model_len=args.context, block_size=args.block_size,
                                   max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs, rule=args.engine_rule)
-        print(dumps_strict(explanation.as_dict(), indent=2))
+        print(dumps_strict({**explanation.as_dict(), **identified.as_dict()}, indent=2))
         return 0
 
     return run_cli(PROG, body, option_for_field=lambda f: ENGINE_OPTION_FOR_FIELD.get(f) or option_for_field(f))

@@ -70,6 +70,7 @@ class Handoff:
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
     engine_rule: str = ""
+    cuda_graphs_profiled: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

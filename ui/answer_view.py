@@ -7,10 +7,15 @@ metric labels are the ones the browser and page tests read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import streamlit as st
 
 from sizing.answer import Answer, EngineSettings, answer_for
+from sizing.engine.groups import GroupingRule
 from sizing.report import SizingRequest, size_deployment
+from ui.engine_view import OLD_VLLM_HELP, OLD_VLLM_LABEL
 from ui.layout import metric_row
 from ui.tables import readable
 
@@ -23,6 +28,22 @@ ANSWER_REQUESTS = "Requests per replica"
 def cached_answer(request: SizingRequest, settings: EngineSettings) -> Answer:
     """The answer for the sizer's ``request`` under the engine ``settings`` (one call for both pages)."""
     return answer_for(size_deployment(request), settings)
+
+
+def engine_settings_controls(key: Callable[[str], str], value: Callable[[str], Any]) -> EngineSettings:
+    """The planner's engine settings for the answer, in an expander (its fields are declared on
+    the page: gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, engine_rule,
+    vllm_before_021); the settings they hold."""
+    with st.expander("Engine settings (for the answer)"):
+        st.number_input("gpu_memory_utilization", 0.05, 1.0, step=0.01, key=key("gpu_memory_utilization"))
+        st.number_input("max_num_batched_tokens", 16, 1 << 20, step=1024, key=key("max_num_batched_tokens"))
+        st.number_input("max_num_seqs", 1, 1 << 16, step=16, key=key("max_num_seqs"))
+        st.selectbox("KV-cache grouping (vLLM version)", tuple(GroupingRule), key=key("engine_rule"))
+        st.checkbox(OLD_VLLM_LABEL, key=key("vllm_before_021"), help=OLD_VLLM_HELP)
+    return EngineSettings(gpu_memory_utilization=float(value("gpu_memory_utilization")),
+                          max_num_batched_tokens=int(value("max_num_batched_tokens")),
+                          max_num_seqs=int(value("max_num_seqs")), rule=value("engine_rule"),
+                          cuda_graphs_profiled=not value("vllm_before_021"))
 
 
 def render_answer(answer: Answer, *, key: str) -> None:

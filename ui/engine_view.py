@@ -8,24 +8,17 @@ engine figures stay on screen.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 import streamlit as st
 
 from inputs.bounds import Bound
 from inputs.errors import InputError
-from inputs.uploads import upload_bytes
 from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
 from sizing.answer import EngineSettings
-from sizing.engine.explain import explain_log
 from sizing.engine.groups import GroupingRule
-from sizing.engine.memory import ActivationShape
-from sizing.engine.vllm_log import MAX_LOG_BYTES, parse_vllm_log
-from sizing.models import ModelShape
-from sizing.presets import get_preset
 from sizing.report import SizingReport, SizingRequest
 from ui.layout import metric_row
+from ui.log_explainer_view import render_log_explainer
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 from units import GiB
 
@@ -40,8 +33,11 @@ ENGINE_FIELDS = (
     NumberField("mns", "max_num_seqs", 256, SEQS),
     NumberField("kvg", "kv_budget_gib_per_gpu", 0.0, BUDGET),
     ChoiceField("rule", "engine_rule", str(GroupingRule.HYBRID), tuple(GroupingRule)),
+    FlagField("old", "vllm_before_021", False),
 )
 LAST_ENGINE = "sizer.last_valid_engine_request"
+OLD_VLLM_LABEL = "vLLM before 0.21 (CUDA graphs not subtracted)"
+OLD_VLLM_HELP = "Before 0.21 vLLM sized the KV cache before capturing CUDA graphs, so their memory came out of the headroom."
 
 
 @st.cache_data(show_spinner=False, max_entries=128)
@@ -63,6 +59,7 @@ def engine_controls(state: PageState) -> None:
     c2.number_input("max_num_seqs", step=16, key=state.key("max_num_seqs"))
     st.selectbox("KV-cache grouping (vLLM version)", tuple(GroupingRule), key=state.key("engine_rule"),
                  help="hybrid: vLLM ≥ 0.12; hybrid-min: 0.10–0.11; single: older versions")
+    st.checkbox(OLD_VLLM_LABEL, key=state.key("vllm_before_021"), help=OLD_VLLM_HELP)
 
 
 def _engine_request(sizing: SizingRequest, report: SizingReport, state: PageState) -> EngineRequest:
@@ -74,6 +71,7 @@ def _engine_request(sizing: SizingRequest, report: SizingReport, state: PageStat
         max_num_batched_tokens=BATCHED.check(state.value("max_num_batched_tokens")),
         max_num_seqs=SEQS.check(state.value("max_num_seqs")), users=report.users,
         rule=state.value("engine_rule"), kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None,
+        cuda_graphs_profiled=not state.value("vllm_before_021"),
     )
 
 
@@ -85,7 +83,8 @@ def engine_settings(state: PageState, tp: int) -> EngineSettings:
         gpu_memory_utilization=UTILIZATION.check(state.value("gpu_memory_utilization")),
         max_num_batched_tokens=BATCHED.check(state.value("max_num_batched_tokens")),
         max_num_seqs=SEQS.check(state.value("max_num_seqs")), rule=state.value("engine_rule"),
-        kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None, measured_tp=tp)
+        kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None, measured_tp=tp,
+        cuda_graphs_profiled=not state.value("vllm_before_021"))
 
 
 def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState) -> None:
@@ -136,37 +135,6 @@ def _figures(engine: EngineReport, report: SizingReport) -> None:
            if engine.replicas_for_users else ""))
 
 
-def _activation(model: ModelShape | str) -> ActivationShape | None:
-    return ActivationShape.from_config(get_preset(model).config) if isinstance(model, str) else None
-
-
 def _explainer(sizing: SizingRequest) -> None:
-    with st.expander("Explain a vLLM start-up log", icon=":material/troubleshoot:"):
-        uploaded = st.file_uploader("Log file", type=["log", "txt"], key="engine_log_upload",
-                                    max_upload_size=MAX_LOG_BYTES // 2**20)
-        pasted = st.text_area("…or paste it", key="engine_log_text", height=140)
-        try:
-            # Refused by size before anything is copied or decoded: an upload by its reported
-            # size, a paste by its length (a character is at least one byte).
-            if uploaded is not None and uploaded.size > MAX_LOG_BYTES:
-                raise InputError("log", f"the file is {uploaded.size:,} bytes, over the {MAX_LOG_BYTES:,}-byte limit")
-            if uploaded is None and len(pasted) > MAX_LOG_BYTES:
-                raise InputError("log", f"the paste is {len(pasted):,} characters, over the "
-                                        f"{MAX_LOG_BYTES:,}-byte limit")
-            data = upload_bytes(uploaded.getvalue(), MAX_LOG_BYTES, field="log") if uploaded else pasted.encode()
-            if not data.strip():
-                st.caption("Paste the lines from start-up to 'Maximum concurrency'; the model is the one chosen above.")
-                return
-            model = get_preset(sizing.model).shape if isinstance(sizing.model, str) else sizing.model
-            explanation = explain_log(parse_vllm_log(data), model, activation=_activation(sizing.model))
-        except InputError as exc:
-            st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
-            return
-        rows: list[dict[str, Any]] = [
-            {"figure": c.name, "vLLM": c.logged, "rebuilt": round(c.reconstructed, 4),
-             "formula": None if c.formula is None else round(c.formula, 2), "matches": c.within, "why": c.why}
-            for c in explanation.checks]
-        st.dataframe(pd.DataFrame(rows), hide_index=True, key="engine_log_checks")
-        st.caption("Found: " + ", ".join(explanation.parsed.found_fields))
-        for missing in explanation.not_reconstructed:
-            st.caption(f":material/help: {missing}")
+    """The start-up-log explainer, for the page's model, dtypes and TP (:mod:`ui.log_explainer_view`)."""
+    render_log_explainer(sizing)

@@ -36,7 +36,7 @@ def with_engine(handoff: Handoff, settings: EngineSettings) -> Handoff:
     """``handoff`` carrying the engine settings the sizer's answer followed."""
     return replace(handoff, gpu_memory_utilization=float(settings.gpu_memory_utilization),
                    max_num_batched_tokens=settings.max_num_batched_tokens, max_num_seqs=settings.max_num_seqs,
-                   engine_rule=str(settings.rule))
+                   engine_rule=str(settings.rule), cuda_graphs_profiled=settings.cuda_graphs_profiled)
 
 
 def fragmentation_query(handoff: Handoff) -> dict[str, str]:
@@ -63,7 +63,8 @@ def planner_query(handoff: Handoff) -> dict[str, str]:
     if handoff.gpu_id in GPU_IDS:
         query["gpu"] = handoff.gpu_id
     engine = {"gmu": handoff.gpu_memory_utilization, "mnbt": handoff.max_num_batched_tokens,
-              "mns": handoff.max_num_seqs, "rule": handoff.engine_rule or None}
+              "mns": handoff.max_num_seqs, "rule": handoff.engine_rule or None,
+              "old": None if handoff.cuda_graphs_profiled else "1"}
     query |= {name: (f"{value:g}" if isinstance(value, float) else str(value))
               for name, value in engine.items() if value is not None}
     return query

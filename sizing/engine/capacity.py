@@ -71,6 +71,7 @@ class EngineRequest:
     non_torch_bytes: int | None = None
     cuda_graph_bytes: int | None = None
     last_pp_stage: bool = True  # False: a pipeline stage before the last (no sampler, no logits)
+    cuda_graphs_profiled: bool = True  # False: vLLM before 0.21 (CUDA graphs not subtracted)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -210,7 +211,7 @@ def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) 
         activation_bytes=request.activation_bytes, non_torch=request.non_torch_bytes,
         cuda_graph=request.cuda_graph_bytes,
         available_bytes=request.kv_budget_bytes_per_gpu if tp == request.tp else None,
-        last_pp_stage=request.last_pp_stage,
+        last_pp_stage=request.last_pp_stage, cuda_graphs_profiled=request.cuda_graphs_profiled,
     )
 
 

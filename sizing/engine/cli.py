@@ -78,6 +78,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_engine_flag: b
                        metavar="{" + ",".join(GroupingRule) + "}",
                        help="KV-cache grouping: hybrid (vLLM ≥ 0.12), hybrid-min (0.10–0.11), single (older)")
     group.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (their estimate becomes 0)")
+    group.add_argument("--vllm-before-0.21", dest="cuda_graphs_not_profiled", action="store_true",
+                       help="a vLLM before 0.21, which sized the KV cache before capturing CUDA graphs "
+                            "(their memory is then not subtracted)")
 
 
 def activation_from_config(path: Path) -> ActivationShape:
@@ -100,6 +103,7 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
         max_model_len=args.context, block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, users=args.users, rule=args.engine_rule, enforce_eager=args.enforce_eager,
+        cuda_graphs_profiled=not getattr(args, "cuda_graphs_not_profiled", False),
         activation=activation, total_bytes_per_gpu=gib_bytes(args.gpu_total_gib),
         kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu),
         activation_bytes=gib_bytes(args.activation_gib), non_torch_bytes=gib_bytes(args.non_torch_gib),

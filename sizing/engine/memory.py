@@ -208,9 +208,14 @@ def memory_profile(
     cuda_graph: int | None = None,
     available_bytes: int | None = None,
     last_pp_stage: bool = True,
+    cuda_graphs_profiled: bool = True,
 ) -> MemoryProfile:
     """The per-GPU profile; a given term (bytes) replaces its estimate, and ``available_bytes``
-    (the log's "Available KV cache memory") replaces the whole subtraction."""
+    (the log's "Available KV cache memory") replaces the whole subtraction.
+
+    ``cuda_graphs_profiled`` False: a vLLM before 0.21, which sized the cache before capturing
+    CUDA graphs, so their memory is not subtracted (the graphs then take it from the headroom
+    ``1 − gpu_memory_utilization`` leaves)."""
     if not (isinstance(utilization, float | int) and not isinstance(utilization, bool) and 0 < utilization <= 1):
         raise SizingError("gpu_memory_utilization", f"must be above 0 and at most 1, got {utilization!r:.40}")
     total = MemoryTerm(name="total (CUDA)", bytes=total_bytes, estimated=not total_measured,
@@ -226,8 +231,11 @@ def memory_profile(
                          activation_peak_bytes(shape, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
                                                max_num_seqs=max_num_seqs, sampler=last_pp_stage), activation_basis),
         non_torch=_term("non-torch", non_torch, non_torch_bytes(tp), "0.12 GiB + 0.027 GiB per extra TP rank"),
-        cuda_graph=_term("CUDA graphs", cuda_graph, 0 if enforce_eager else math.ceil(CUDA_GRAPH_ESTIMATE),
-                         "enforce_eager: none" if enforce_eager else "typical 0.4 GiB (0.33–0.65 in cited logs)"),
+        cuda_graph=_term("CUDA graphs", cuda_graph,
+                         0 if enforce_eager or not cuda_graphs_profiled else math.ceil(CUDA_GRAPH_ESTIMATE),
+                         "enforce_eager: none" if enforce_eager else
+                         "not subtracted before vLLM 0.21" if not cuda_graphs_profiled else
+                         "typical 0.4 GiB (0.33–0.65 in cited logs)"),
         available_given=available_bytes is not None, available_override=available_bytes,
     )
 

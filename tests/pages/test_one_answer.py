@@ -121,3 +121,24 @@ def test_the_scenarios_cover_what_the_answer_must_handle():
     assert any(n.startswith("TP 1, as asked, cannot serve") for n in answers["tp 1 cannot hold bf16 70B"].notes)
     assert answers["awq weights"].vllm_command.startswith("vllm serve Qwen/Qwen3-32B-AWQ ")
     assert all(a.basis == "vllm" for n, a in answers.items() if n != "int4 kv: the formula answers")
+
+
+def test_the_engine_settings_reach_every_surface():
+    # vLLM before 0.21 did not subtract its CUDA graphs (0.4 GiB per GPU): one L4 replica of
+    # Qwen2.5-7B at 4K holds more requests, and every surface follows the setting.
+    from sizing.answer import EngineSettings
+
+    s = Scenario("qwen2.5-7b", "bf16", "bf16", 4096, 16, "l4", tp=1)
+    request = SizingRequest(model=s.model, kv_dtype=s.kv, weight_dtype=s.weights, context=s.context,
+                            users=s.users, gpu=s.gpu, tp=s.tp)
+    old = answer_for(size_deployment(request), EngineSettings(cuda_graphs_profiled=False, max_num_seqs=128))
+    new = answer_for(size_deployment(request), EngineSettings(max_num_seqs=128))
+    assert old.requests_per_replica > new.requests_per_replica
+    argv = [*_common(s), "--vllm-before-0.21", "--max-num-seqs", "128"]
+    assert _cli(sizing_main, [*argv, "--context", str(s.context)])[1] == old.as_dict()
+    assert _cli(planner_main, [*argv, "--max-context", str(s.context)])[1] == old.as_dict()
+    query = {"model": s.model, "kv": s.kv, "w": s.weights, "gpu": s.gpu, "tp": "1", "users": str(s.users),
+             "old": "1", "mns": "128"}
+    sizer = open_page("1_sizer.py", {**query, "ctx": str(s.context), "ngpu": "1"})
+    planner = open_page("4_planner.py", {**query, "maxctx": str(s.context)})
+    assert _page_figures(sizer) == _page_figures(planner) == _expected_figures(old)

@@ -471,3 +471,47 @@ def test_the_chart_tab_is_in_the_url_and_each_chart_marks_what_was_asked():
     at = run_page({"chart": "context", "ctx": "8192"})
     context = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert [t["x"] for t in context["data"] if t["name"].startswith("you are here")] == [[8192, 8192]]
+
+
+# ---- the log explainer: the log's model against the page's, editable settings, refusals ------
+ENGINE_QUERY = {"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"}
+
+
+def test_log_explainer_names_the_logs_model_and_rebuilds_for_the_one_picked():
+    at = run_page(ENGINE_QUERY)
+    log = (ROOT / "tests" / "data" / "vllm_logs" / "forms" / "padded-qwen3-8b.log").read_text()
+    at.text_area(key="engine_log_text").set_value(log).run()
+    assert not at.exception and not at.error
+    notice = next(w.value for w in at.warning if "the page's model is" in w.value)
+    assert "Qwen/Qwen3-8B" in notice and "Llama-3.1-8B" in notice and "rebuilt for the page's model" in notice
+    checks = next(d.value for d in at.dataframe if "figure" in d.value.columns)
+    assert not checks["matches"][0]  # Llama-3.1-8B's 128 KiB a token gives 102,400 tokens, not 91,008
+    assert any("do not match the log" in c.value for c in at.caption)
+    at.radio(key="engine_log_model").set_value("qwen3-8b").run()
+    checks = next(d.value for d in at.dataframe if "figure" in d.value.columns)
+    assert checks["rebuilt"][0] == 91_008 and all(checks["matches"])
+
+
+def test_log_explainer_lists_candidates_and_takes_an_edited_tp():
+    at = run_page(ENGINE_QUERY)
+    log = (ROOT / "tests" / "data" / "vllm_logs" / "qwen3-14b-lmcache.log").read_text()
+    at.text_area(key="engine_log_text").set_value(log).run()
+    info = next(i.value for i in at.info if "The log names no model" in i.value)
+    assert "Qwen3-14B (TP 1, bf16)" in info and "the page's model is not among them" in info
+    assert at.number_input(key="engine_log_tp").value == 1  # the page's TP: the log states none
+    at.number_input(key="engine_log_tp").set_value(2).run()
+    checks = next(d.value for d in at.dataframe if "figure" in d.value.columns)
+    # Llama-3.1-8B at TP 2: 64 KiB a token, 1 MiB blocks: 6.51 GiB // 1 MiB × 16 tokens.
+    assert checks["rebuilt"][0] == 6.51 * 2**30 // (16 * 65_536) * 16
+
+
+def test_log_explainer_explains_a_refusal_and_ignores_absurd_figures():
+    at = run_page(ENGINE_QUERY)
+    refusal = (ROOT / "tests" / "data" / "vllm_logs" / "forms" / "refusal-wrapped-main.log").read_text()
+    at.text_area(key="engine_log_text").set_value(refusal).run()
+    fix = next(w.value for w in at.warning if "vLLM refused to start" in w.value)
+    assert "--gpu-memory-utilization 0.63" in fix and "--max-model-len 976" in fix
+    absurd = (ROOT / "tests" / "data" / "vllm_logs" / "forms" / "absurd-figures.log").read_text()
+    at.text_area(key="engine_log_text").set_value(absurd).run()
+    assert not at.exception and not at.error
+    assert any("kv_tokens" in c.value and "not used" in c.value for c in at.caption)

@@ -176,11 +176,6 @@ def test_minimax_m2_refusal_is_reproduced():
     assert round(explanation.layout.request_bytes(196_608, 8192) / GiB, 2) == 23.25
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "log line form: the refusal is quoted wrapped over three lines and, as vLLM 0.29 prints it, without "
-    "the '(' before the GiB figure ('max seq len (196608),' / '23.25 GiB KV cache is needed'); the parser's "
-    "'KV cache is needed' rule needs 'max seq len (N), (X GiB' on one line, so max_model_len and needed_gib "
-    "are not read"))
 def test_minimax_m2_refusal_is_parsed():
     parsed = _parsed("minimax-m2.7-awq-dgx-spark-tp2-spark396.log")
     assert (parsed.max_model_len, parsed.needed_gib) == (196_608, 23.25)
@@ -241,19 +236,11 @@ def test_r1_distill_qwen_14b_v0_refusal_figures():
     assert 5096 * layout.bytes_per_block_all_layers / GiB == pytest.approx(7.46, abs=0.005)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "log line form: V0's refusal 'The model's max seq len (131072) is larger than the maximum number of tokens "
-    "that can be stored in KV cache (81536)' is not a parser rule (only V1's 'KV cache is needed' form is), "
-    "so neither max_model_len nor the token capacity is read"))
 def test_r1_distill_qwen_14b_v0_refusal_is_parsed():
     parsed = _parsed("r1-distill-qwen-14b-rtx4090-tp2-vllm13061.log")
     assert (parsed.max_model_len, parsed.kv_tokens) == (131_072, 81_536)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "log line form: V0's one-line 'Memory profiling results: total_gpu_memory=23.58GiB ... "
-    "non_torch_memory=0.35GiB' writes '=' where the parser's rules expect a space or ' (' "
-    "(only kv_cache_size= is read), so the total and non-torch memory of that form are lost"))
 def test_v0_one_line_profile_is_parsed():
     parsed = parse_vllm_log((LOG_DIR / "llama3.1-8b-rtx3090-vllm10517.log").read_bytes())
     assert (parsed.total_gib, parsed.non_torch_gib) == (23.58, 0.35)
