@@ -317,7 +317,9 @@ def _commands(base: _Base, best: AnswerOption, engine: EngineReport, launch: Lau
     plan = LaunchPlan(model_repo=launch.repo, tp=best.tp, pp=best.pp, kv_dtype=base.report.kv_precision.name,
                       max_model_len=base.report.context,
                       gpu_memory_utilization=base.request.gpu_memory_utilization,
-                      max_num_seqs=min(base.settings.max_num_seqs, load), block_size=base.report.block_size,
+                      max_num_seqs=min(base.settings.max_num_seqs, load),
+                      # A Mamba / linear hybrid's attention block is vLLM's to derive from the state page.
+                      block_size=None if base.report.model.n_state_layers else base.report.block_size,
                       max_num_batched_tokens=base.settings.max_num_batched_tokens,
                       quantization=launch.quantization, dtype=launch.dtype)
     return vllm_command(plan), sglang_command(plan, engine.sglang_mem_fraction_static)

@@ -132,7 +132,8 @@ class KVCacheLayout:
 
     @property
     def block_size(self) -> int:
-        """The smallest block size of any group (vLLM reports tokens in it)."""
+        """The smallest block size of any group (vLLM reports tokens in it; a Mamba / linear
+        group's is the attention block)."""
         return min(g.block_size for g in self.groups)
 
     @property
@@ -203,8 +204,9 @@ def _specs(model: ModelShape, precision: Precision, tp: int, block_size: int, ru
         # vLLM raises the attention block size until an attention page holds a whole state page.
         attention_block = ATTENTION_BLOCK_ALIGNMENT * cdiv(state_page, ATTENTION_BLOCK_ALIGNMENT * token_bytes)
     page = max(attention_block * token_bytes, state_page)
-    return [_Spec(kind=g.kind, window=g.window, layers=g.layer_indices,
-                  block_size=attention_block if g.kind not in STATE_KINDS else 1, page_bytes=page)
+    # A state group's spec carries the attention block size (vLLM's MambaSpec.block_size), so the
+    # smallest block — the unit of "GPU KV cache size" — is the attention block.
+    return [_Spec(kind=g.kind, window=g.window, layers=g.layer_indices, block_size=attention_block, page_bytes=page)
             for g in groups]
 
 

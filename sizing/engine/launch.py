@@ -40,7 +40,7 @@ class LaunchPlan:
     max_model_len: int
     gpu_memory_utilization: float
     max_num_seqs: int
-    block_size: int
+    block_size: int | None  # None: the engine's own (a hybrid's attention block, which vLLM derives)
     max_num_batched_tokens: int
     pp: int = 1
     quantization: str | None = None
@@ -68,7 +68,7 @@ def vllm_command(plan: LaunchPlan) -> str:
             "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}",
             "--max-num-seqs", str(plan.max_num_seqs),
             "--max-num-batched-tokens", str(plan.max_num_batched_tokens),
-            "--block-size", str(plan.block_size)]
+            *(["--block-size", str(plan.block_size)] if plan.block_size is not None else [])]
     return shlex.join(args)
 
 

@@ -300,13 +300,12 @@ def test_qwen3_5_27b_concurrency_from_tokens():
     assert abs(concurrency - parsed.concurrency) / parsed.concurrency <= RATIO_TOLERANCE
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hybrid token count: explain_log turns the logged tokens back into blocks with KVCacheLayout.block_size, "
-    "which is 1 for the delta-net groups, so 290,864 tokens read as 1,163,456 blocks; vLLM counts them in the "
-    "attention block of 784 tokens (the smallest spec block, MambaSpec's being the attention block)"))
 def test_qwen3_5_27b_explained():
+    # vLLM counts "GPU KV cache size" in the smallest spec block, and a MambaSpec's block is the
+    # attention block (784 tokens here), not 1: the logged 290,864 tokens are 371 blocks.
     explanation = explain_log(_parsed("qwen3.5-27b-h20-vllm40691.log"), QWEN35_27B_VLLM,
                               max_num_batched_tokens=16_384, max_num_seqs=16)
+    assert explanation.layout.block_size == 784 and 290_864 // 784 == 371
     assert all(check.within for check in explanation.checks)
 
 
