@@ -29,6 +29,7 @@ no body), the cache folder's names (``repo_folder_name``) and the offline look-u
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -53,6 +54,18 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 _TOKEN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")  # one safe path component: an ETag, a file name
 _SIZE = re.compile(r"[0-9]{1,15}")  # a petabyte at most; the caps are megabytes
 _RETRY_AFTER = re.compile(r"[0-9]{1,6}")  # seconds; an HTTP date is not repeated
+
+
+class _NoHeaderParseWarnings(logging.Filter):
+    """Drops urllib3's "Failed to parse headers" warning, which it logs with a traceback: a lying
+    endpoint's headers (or the deadline cutting them off) are refused here with one message,
+    and the warning would print a traceback to a command line's stderr beside it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to parse headers")
+
+
+logging.getLogger("urllib3.connection").addFilter(_NoHeaderParseWarnings())
 
 
 class HubUnavailable(Exception):

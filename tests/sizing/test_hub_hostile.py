@@ -233,3 +233,15 @@ def test_an_endpoint_that_is_not_a_url_is_refused(tmp_path):
         with pytest.raises(SizingError, match="not an http") as info:
             fetch_hub_model("org/x", endpoint=endpoint, cache_dir=str(tmp_path / "cache"))
         assert info.value.field == "model_id"
+
+
+def test_urllib3s_header_warning_is_not_printed_beside_the_one_line_message(caplog):
+    import logging
+
+    import sizing.hub_fetch  # noqa: F401  (installs the filter)
+
+    logger = logging.getLogger("urllib3.connection")
+    with caplog.at_level(logging.WARNING, logger="urllib3.connection"):
+        logger.warning("Failed to parse headers (url=%s): %s", "http://127.0.0.1/x", "bad", exc_info=False)
+        logger.warning("another urllib3 warning")
+    assert [r.getMessage() for r in caplog.records] == ["another urllib3 warning"]
