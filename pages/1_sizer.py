@@ -29,7 +29,7 @@ from ui.layout import stacking
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
 from ui.sizer_view import CHART_TABS, render_links, render_report
-from ui.url_state import ChoiceField, FlagField, NumberField, PageState
+from ui.url_state import ChoiceField, FlagField, NumberField, PageState, copy_link
 from units import UnitSystem
 
 WEIGHT_CHOICES = (*WEIGHT_FORMAT_NAMES, AUTO)  # auto: the model's own format (and the Hub's safetensors total)
@@ -197,6 +197,7 @@ if request is not None:
     publish(handoff)
 
 with results:
+    copy_link(results)  # the page has no sidebar: the link sits above the answer
     if request is None:
         st.caption(":material/history: Showing the last valid results; correct the input marked in red "
                    "to update them.")

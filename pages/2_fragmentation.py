@@ -28,7 +28,7 @@ from ui.fragmentation_views import block_table_section, figure2_section, prefix_
 from ui.layout import chart, metric_row, page_tabs
 from ui.router import run_through_router
 from ui.tables import counted, readable, show
-from ui.url_state import PageState
+from ui.url_state import PageState, copy_link
 
 DEFAULT_WORKLOAD = WorkloadSettings(kind="lognormal")
 CATEGORY_WORDS = (
@@ -266,6 +266,7 @@ def main() -> None:
         with table_tab:
             block_table_section(state, chosen)
     state.sync()
+    copy_link()
 
 
 main()

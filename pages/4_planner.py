@@ -31,7 +31,7 @@ from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_fiel
 from ui.planner_charts import edge_figure, fmt_ms
 from ui.planner_view import render_server
 from ui.router import run_through_router
-from ui.url_state import ChoiceField, FlagField, NumberField, PageState
+from ui.url_state import ChoiceField, FlagField, NumberField, PageState, copy_link
 from units import both, format_number
 
 TP_CHOICES = (1, 2, 4, 8, 16, 32, 64)  # tensor-parallel groups come in powers of two
@@ -291,3 +291,4 @@ if edge_tab.open:
             chart(edge_figure(edge, history_curve), key="planner.edge_chart", file_name="edge_history")
 
 state.sync()
+copy_link()

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import streamlit as st
 
@@ -149,6 +150,24 @@ class PageState:
                     del st.query_params[field.url_name]
             elif st.query_params.get(field.url_name) != (text := field.format(value)):
                 st.query_params[field.url_name] = text  # written only on change: each write updates the URL
+
+
+COPY_LINK_LABEL = "Copy link"
+
+
+def page_link_text() -> str:
+    """This view's address: the page's URL (without its old query) and the query as now synced."""
+    base = (st.context.url or "").split("?", 1)[0]
+    query = urlencode(st.query_params.to_dict())
+    return f"{base}?{query}" if query else base or "?"
+
+
+def copy_link(parent: Any = None) -> None:
+    """A "Copy link" popover holding this view's URL (``st.code`` has a copy button), so a view
+    can be shared with every choice in it; in ``parent`` (default: the sidebar). Pages draw it
+    once, after the URL is synced."""
+    with (parent or st.sidebar).popover(COPY_LINK_LABEL, icon=":material/link:"):
+        st.code(page_link_text(), language=None)
 
 
 def _kept(field: Field, value: Any) -> bool:

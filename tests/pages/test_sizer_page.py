@@ -278,7 +278,7 @@ def test_engine_mode_recommends_one_deployment_and_says_which_count_is_which():
     # TP 1 holds 16 requests per L4 (4 replicas = 4 GPUs); TP 2 holds 97 (one replica of 2 GPUs).
     assert metric(at, "GPUs to deploy") == "2 × L4" and metric(at, "Layout") == "TP 2 × 1 replica"
     assert metric(at, "Requests per replica").startswith("50 of ")
-    commands = [c.value for c in at.code]
+    commands = [c.value for c in at.code if not c.value.startswith("?")]  # not the page's own link
     assert commands[0].startswith("vllm serve Qwen/Qwen2.5-7B") and "--tensor-parallel-size 2" in commands[0]
     assert "--max-num-seqs 50" in commands[0] and len([c for c in commands if c.startswith("vllm serve")]) == 1
     assert any("counts memory as one pool" in c.value for c in at.caption)
@@ -515,3 +515,13 @@ def test_log_explainer_explains_a_refusal_and_ignores_absurd_figures():
     at.text_area(key="engine_log_text").set_value(absurd).run()
     assert not at.exception and not at.error
     assert any("kv_tokens" in c.value and "not used" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(("page", "query"), [("1_sizer.py", {"users": "250", "kv": "fp8"}),
+                                             ("4_planner.py", {"users": "40", "tp": "4"}),
+                                             ("2_fragmentation.py", {"mean": "3000"})])
+def test_every_page_offers_its_link_to_copy(page, query):
+    at = open_page(page, query)
+    links = [c.value for c in (at.code if page == "1_sizer.py" else at.sidebar.code) if "?" in c.value]
+    assert len(links) == 1
+    assert all(f"{name}={value}" in links[0] for name, value in query.items())
