@@ -78,13 +78,18 @@ def test_modules_stay_small(path):
 _HISTORY = re.compile(r"\b[Ii]ssue \d+|\bsession \d+|DESIGN\.md|\.\./shared|\bshared/data\b")
 
 
-@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_comments_say_why_not_where_from(path):
-    """No comment or docstring names an issue, a session or a file outside the repository."""
+def _comments_matching(path: Path, pattern: re.Pattern) -> list[str]:
+    """The comments and strings (docstrings included) of ``path`` that ``pattern`` finds, cut short."""
     source = path.read_text()
     texts = [tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type in (tokenize.COMMENT, tokenize.STRING)]
-    offenders = [t.strip()[:80] for t in texts if _HISTORY.search(t)]
+    return [t.strip()[:80] for t in texts if pattern.search(t)]
+
+
+@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_comments_say_why_not_where_from(path):
+    """No comment or docstring names an issue, a session or a file outside the repository."""
+    offenders = _comments_matching(path, _HISTORY)
     assert not offenders, offenders
 
 
@@ -151,3 +156,14 @@ def test_imports_inside_kernels_point_down(path):
     imported = _kernel_imports(path) - {part}
     assert imported <= KERNELS_MAY_IMPORT[part], f"kernels/{part} may not import {imported - KERNELS_MAY_IMPORT[part]}"
 
+
+_TUNING_ROUND = re.compile(r"\brounds? \d+", re.IGNORECASE)
+_ROUND_FILES = KERNEL_FILES + sorted((ROOT / "scripts").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", _ROUND_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_comments_name_no_tuning_round(path):
+    """Code says what was measured and why it decides; which round measured it is the notes' job
+    (benchmarks/NOTES-*.md)."""
+    offenders = _comments_matching(path, _TUNING_ROUND)
+    assert not offenders, offenders

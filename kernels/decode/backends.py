@@ -1,15 +1,14 @@
 """Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
 they were measured with.
 
-Two kernels serve quantised KV (benchmarks/NOTES-decode.md, rounds 14-19 and run 9, H200
-CUDA-graph medians, tokens/s over the Triton bf16 kernel at the worst shape with batch x context
->= 256K):
+Two kernels serve quantised KV (H200 CUDA-graph medians in benchmarks/NOTES-decode.md, tokens/s
+over the Triton bf16 kernel at the worst shape with batch x context >= 256K):
 
 * the Triton kernels of :mod:`kernels.decode.paged` (FP8: 1.39x) and
   :mod:`kernels.decode.int4` (0.84x) run everywhere, the interpreter included;
 * the register-dequant warp-MMA kernel (:mod:`kernels.decode.rdq`, with the query heads as
   the MMA's N: INT4 2.46-2.83x, FP8 1.77-1.96x) on Hopper, at every timed shape the faster. (A
-  Gluon ``wgmma`` INT4 kernel, 1.01x, was measured and removed: round 12.)
+  Gluon ``wgmma`` INT4 kernel, 1.01x, was measured and removed.)
 
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
 for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
@@ -72,14 +71,15 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor |
 def default_rdq_config(fmt: str):
     """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
     design (query heads as the MMA's N), timed fastest at the worst large shape on the H200
-    (NOTES-decode.md rounds 15-17): INT4 16-token tiles with 3 ring stages (2.28x the bf16 kernel;
-    16x4st 2.23x), FP8 32-token tiles with 3 stages (1.73x; 16x6st 1.72x). Both split for at most
-    one wave (round 18): INT4 of its full residency, FP8 of 4 programs per SM. INT4's scale words
-    come through the copy ring with its codes (round 19: 2.44x against 2.30x loaded in the loop); since
-    round 22 INT4 has no ring: each next tile's code and scale words are loaded into registers, at a
-    128-register cap that keeps 16 programs per SM (2.83-2.84x against the ring's 2.57x in the same
-    calls, with round 22's vector stores and merge cut; 2.80x in harness run 11, 2.82x in run 12). Caps
-    of 96-120 registers spill (1.8-2.0x), bf16 partials gained nothing (round 23)."""
+    (benchmarks/NOTES-decode.md; ratios are tokens/s over the bf16 Triton kernel). Both split for
+    at most one wave of their residency.
+
+    * FP8: 32-token tiles through a 3-stage copy ring, 4 programs per SM (1.73x; 16x6st 1.72x).
+    * INT4: 16-token tiles with no ring: each next tile's code and scale words are loaded into
+      registers, at a 128-register cap that keeps 16 programs per SM (2.83-2.84x, 2.80-2.82x in
+      full harness runs, against 2.57x for the best ring design, 16 tokens x 3 stages with the
+      scale words in the ring). Caps of 96-120 registers spill (1.8-2.0x); bf16 partials gain
+      nothing."""
     if fmt not in ("int4", "fp8"):
         raise ValueError(f"fmt must be 'int4' or 'fp8', got {fmt!r}")
     return RdqConfig(block_n=16, swap_ab=True, reg_prefetch=True, maxnreg=128) if fmt == "int4" else \

@@ -185,7 +185,7 @@ def _paged_decode_int4_kernel(
 
 def default_int4_config(head_dim: int) -> DecodeConfig:
     """Launch parameters for INT4 KV: 128-token tiles, 4 warps, 3 stages were the best of six
-    configurations at every shape measured on the H200 (benchmarks/NOTES-decode.md, round 6)."""
+    configurations at every shape measured on the H200 (benchmarks/NOTES-decode.md)."""
     return DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 

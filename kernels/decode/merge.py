@@ -6,8 +6,8 @@ A split call leaves per split a normalised fp32 partial ``[batch, n_q_heads, num
 head_dim]`` and its base-2 log-sum-exp ``[batch, n_q_heads, num_splits]`` (``-inf`` for an empty
 split); the output is their LSE-weighted sum. By default (``DecodeConfig.merge="auto"``) few
 splits are merged by the last split program of each (sequence, KV head) to finish, many by a
-second kernel launched as a programmatic dependent launch on Hopper (benchmarks/NOTES-decode.md,
-rounds 9 and 13).
+second kernel launched as a programmatic dependent launch on Hopper (the timings that chose
+this: benchmarks/NOTES-decode.md).
 """
 
 from __future__ import annotations
@@ -127,11 +127,11 @@ def pdl_merge(config, split: bool, device: torch.device) -> bool:
 
 
 # Up to this many splits, DecodeConfig(merge="auto") merges inline inside a CUDA graph. On the H200
-# (NOTES-decode.md, round 13) the inline merge was 1.016x the merge kernel at 8 splits (B8 L32K
-# 64/8) and 1.00x at 2, but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in
-# series. Called eagerly, a small call is bound by the host, and one launch fewer is worth more
-# than those GPU microseconds (batch 1 x 32K: eager 55.6 us inline against 80.9 with the merge
-# kernel, round 18), so "auto" merges inline at every split count outside a graph.
+# the inline merge was 1.016x the merge kernel at 8 splits (B8 L32K 64/8) and 1.00x at 2, but
+# 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in series. Called eagerly, a
+# small call is bound by the host, and one launch fewer is worth more than those GPU microseconds
+# (batch 1 x 32K: eager 55.6 us inline against 80.9 with the merge kernel), so "auto" merges
+# inline at every split count outside a graph.
 INLINE_MERGE_MAX_SPLITS = 8
 
 
@@ -204,7 +204,7 @@ def merge_launch(batch: int, n_q_heads: int, num_splits: int, head_dim: int) -> 
     """``(head dims per program, warps)`` of the merge kernel for a call's partials. Small
     programs: each (sequence, query head) is cut along the head dim so that more, lighter
     programs share the few microseconds the merge has (one wave either way). On the H200
-    (benchmarks/NOTES-decode.md, round 22), INT4 batch 8 x 32K 64/8 at 33 splits: 32 dims and one
+    (benchmarks/NOTES-decode.md), INT4 batch 8 x 32K 64/8 at 33 splits: 32 dims and one
     warp 2.5 us faster a call than the whole head on four warps; batch 32 x 16K at 8 splits: 64
     dims on two warps 2.8 us faster."""
     if num_splits >= 16:

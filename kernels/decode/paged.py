@@ -30,13 +30,13 @@ in the logit scale) and K goes to the tensor cores as stored. p.v runs in fp16: 
 e4m3 -> fp16 (a native conversion on Hopper; e4m3 -> bf16 is not, and was measured 0.6-1.05x the
 bf16 kernel). An e4m3 p.v MMA needs V token-major per page (8-bit MMA operands must be K-major)
 and p quantised to e4m3: measured slower (0.96-1.37x bf16) and outside the FP8 tolerance
-(benchmarks/NOTES-decode.md, round 5), so it is not offered. With ``fp8_qk_dot=False`` both products run in fp16, so a
-bf16 query must then lie within fp16 range (|q| < 65504).
+(benchmarks/NOTES-decode.md), so it is not offered. With ``fp8_qk_dot=False`` both products run
+in fp16, so a bf16 query must then lie within fp16 range (|q| < 65504).
 
 Split-KV merge (``DecodeConfig.merge``). By default a second, tiny kernel; on Hopper it goes out
 as a programmatic dependent launch (``DecodeConfig.pdl``): the split kernel lets it start at once
 and it waits on the device (``griddepcontrol.wait``) instead of behind the stream, which took an
-eager batch-1 x 32K call from 0.135 to 0.066 ms and left graph replays unchanged (round 9).
+eager batch-1 x 32K call from 0.135 to 0.066 ms and left graph replays unchanged.
 ``merge="inline"`` merges inside the split kernel instead: each split program stores its partial,
 then takes a ticket from a per-(sequence, KV head) int32 counter (``atomic_add``, acq_rel at GPU
 scope, after a CTA barrier so every thread's stores precede the release); the program that draws
@@ -45,12 +45,12 @@ past the L1, which is not coherent across SMs), merges them ``MERGE_SPLITS`` at 
 running max (the same LSE weights as the merge kernel, reassociated) and resets the counter to 0
 for the next call and the next graph replay (:func:`kernels.decode.launch.merge_counters`). A
 first version (one split per step, then 32) was slower than two launches (batch 1 x 32K: 0.0526
-ms against 0.0416; benchmarks/NOTES-decode.md, rounds 5-6). This one, measured on the H200 (round
-13), is 1.016x the merge kernel at 8 splits (B8 L32K 64/8) but 0.93x at 66 (batch 1 x 32K), where
-one program reads 66 partials in series; so the default, ``merge="auto"``, merges inline up to
-``INLINE_MERGE_MAX_SPLITS`` splits and in the merge kernel beyond when a CUDA graph is being
-captured, and inline at every split count when called eagerly, where the host's second launch
-costs more than the merge's GPU time (round 18).
+ms against 0.0416). This one, measured on the H200, is 1.016x the merge kernel at 8 splits (B8
+L32K 64/8) but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials in series; so
+the default, ``merge="auto"``, merges inline up to ``INLINE_MERGE_MAX_SPLITS`` splits and in the
+merge kernel beyond when a CUDA graph is being captured, and inline at every split count when
+called eagerly, where the host's second launch costs more than the merge's GPU time
+(benchmarks/NOTES-decode.md has each of these timings).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------

@@ -66,29 +66,15 @@ class RdqConfig:
                 + (" bf16-partials" if self.bf16_partials else ""))
 
 
-# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py). Compiled for sm_90 (d 128,
-# block 16, GQA 4, Triton 3.6.0 and 3.7.1 within a few registers), INT4 / FP8 registers and
-# programs per SM: 32x3st 176 / 167 regs, 11 / 7 programs; 16x4st 163 / 145, 12 / 10; 32x4st
-# 174 / 163, 11 / 6; 64x2st 190-224 / 177-190, 9-10 / 6; no spills. FP8 at 32+ tokens is held to
-# 6-7 programs by its 128-byte rows in the ring: the 16-token entries are its candidates. The
-# rows design's 16x4st was timed fastest for both formats (1.64x / 1.60x the bf16 kernel).
-# Swapped: 16x4st 112 / 95-98 regs, 18 / 12 programs (FP8: the ring's shared memory), 28.1 /
-# 19.6 SASS per token against the rows design's 35.2 / 24.0; 16x3st 125-128 / 97-110, 16 / 15;
-# 32x3st 127 / 124-126, 16 / 8; 16x6st 125-128 / 97-110, 16 / 8. Timed on the H200
-# (benchmarks/NOTES-decode.md, rounds 15-16), worst large-shape x bf16: INT4 swap 16x3st 2.11-2.12
-# (16x4st 1.90, 32x3st 2.03, 16x6st 1.92; register caps of 80-96 lost 3-16 %), FP8 swap 32x3st
-# 1.725 twice (16x6st 1.69, 32x2st 1.68, 16x4st 1.66, 16x3st 1.65) — the defaults of
-# kernels.decode.backends. With the per-tile scalar addressing and the skipped rescale (round 17):
-# INT4 swap 16x3st 2.277 (16x4st 2.234, 16x6st 2.017), FP8 swap 32x3st 1.731 (16x6st 1.717).
-# One wave (round 18): FP8 32x3st at 4 per SM 1.771 (full residency 1.729). INT4 scales through the
-# ring (round 19): 16x3st 2.444 (16x4st 2.415, in the loop 2.297). Tile j + 1's q.k issued beside
-# tile j's softmax and p.V (round 20, 152-164 registers, 12-13 programs per SM): 1.63-2.03, removed.
-# Register prefetch (round 22): at a 128-register cap (16 programs per SM) 2.51, then 2.58 with the
-# block-table entry read a tile earlier, 2.68 with vector output stores (the ring 2.44-2.45 in the
-# same calls); uncapped (132 registers, 15 per SM) 1.62: ptxas sinks the next tile's loads to the
-# end of the loop body. Unrolled by two at the cap it spills (48 bytes): not a candidate. bf16
-# partials (the last entry, round 23): 2.810 against 2.802, and as called 92.4 against 92.2 us at
-# batch 8 x 32K 64/8: no gain. Caps of 96-120 registers (17-21 programs per SM) spill: 1.81-1.98.
+# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py): one entry per design worth
+# timing again when the kernel or Triton changes. What each compiles to for sm_90 (registers,
+# programs per SM) and how fast it ran are tabulated in benchmarks/NOTES-decode.md ("The rdq
+# candidates"). In short, x the bf16 kernel at the worst large shape (INT4 / FP8): the rows design
+# (the first five) at best 1.64 / 1.60; the swapped design through the copy ring 2.28 / 1.77 (FP8 at
+# 4 programs per SM, one wave); INT4 with its scale words in the ring 2.44; INT4 with each next
+# tile's words prefetched into registers at a 128-register cap (16 programs per SM) 2.8, the
+# default. Uncapped, ptxas sinks the prefetch to the end of the loop body (1.62); caps of 96-120
+# registers spill (1.81-1.98). The last entry (bf16 partials) is kept to show it gains nothing.
 RDQ_CONFIGS: tuple[RdqConfig, ...] = (
     RdqConfig(block_n=32, num_stages=3),
     RdqConfig(block_n=16, num_stages=4),

@@ -150,7 +150,7 @@ def _pool(b, L, hkv, d=128, bs=16):
 
 
 def tune2() -> list[dict]:
-    """Round 2: small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
+    """Small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
@@ -220,7 +220,7 @@ def tune2() -> list[dict]:
 
 
 def tune3() -> list[dict]:
-    """Round 3: why batch 1 is slower inside the benchmark (rotation over a 1 GB pool? CPU?), and
+    """Why batch 1 is slower inside the benchmark (rotation over a 1 GB pool? CPU?), and
     FP8 variants (num_stages 1: no smem staging of fp8 tiles; e4m3 q.k^T dot)."""
     import time
 
