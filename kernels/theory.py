@@ -63,7 +63,7 @@ def decode_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int, by
 
 def decode_int4_kv_bytes(batch: int, context: int, n_kv_heads: int, head_dim: int) -> int:
     """Bytes of an INT4 cache a decode step reads: per token, KV head and K or V, ``head_dim / 2``
-    bytes of 4-bit codes and two fp16 scales (one per half head vector; ``kernels.int4_cache``)."""
+    bytes of 4-bit codes and two fp16 scales (one per half head vector; ``kernels.cache.int4``)."""
     return 2 * batch * context * n_kv_heads * (head_dim // 2 + 2 * 2)
 
 

@@ -78,13 +78,18 @@ def test_modules_stay_small(path):
 _HISTORY = re.compile(r"\b[Ii]ssue \d+|\bsession \d+|DESIGN\.md|\.\./shared|\bshared/data\b")
 
 
-@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_comments_say_why_not_where_from(path):
-    """No comment or docstring names an issue, a session or a file outside the repository."""
+def _comments_matching(path: Path, pattern: re.Pattern) -> list[str]:
+    """The comments and strings (docstrings included) of ``path`` that ``pattern`` finds, cut short."""
     source = path.read_text()
     texts = [tok.string for tok in tokenize.generate_tokens(io.StringIO(source).readline)
              if tok.type in (tokenize.COMMENT, tokenize.STRING)]
-    offenders = [t.strip()[:80] for t in texts if _HISTORY.search(t)]
+    return [t.strip()[:80] for t in texts if pattern.search(t)]
+
+
+@pytest.mark.parametrize("path", CODE_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_comments_say_why_not_where_from(path):
+    """No comment or docstring names an issue, a session or a file outside the repository."""
+    offenders = _comments_matching(path, _HISTORY)
     assert not offenders, offenders
 
 
@@ -92,3 +97,73 @@ def test_comments_say_why_not_where_from(path):
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_sys_path_edits_in_the_app_or_libraries(path):
     assert "sys.path" not in path.read_text()
+
+
+# kernels/ by job (docs/ARCHITECTURE.md, "kernels/ by job"): each module lives in the subpackage of
+# its job, or is one of the few shared modules at the top.
+KERNEL_SUBPACKAGES = ("decode", "prefill", "cache", "reference", "bench")
+KERNEL_TOP_MODULES = {"__init__", "runtime", "tolerances", "occupancy", "theory"}
+_SHARED = {"runtime", "tolerances", "occupancy"}
+# Which parts of kernels/ each part may import (its own part always): references and pools stay
+# below every kernel, so a kernel's test can trust them; the cost models stand alone.
+KERNELS_MAY_IMPORT = {
+    "runtime": set(), "tolerances": set(), "occupancy": set(), "theory": set(),
+    "cache": _SHARED,
+    "reference": _SHARED | {"cache"},
+    "decode": _SHARED | {"cache", "reference"},
+    "prefill": _SHARED | {"cache", "reference"},
+    "bench": _SHARED | {"theory", "cache", "reference", "decode", "prefill"},
+}
+KERNEL_FILES = sorted((ROOT / "kernels").rglob("*.py"))
+
+
+def _kernel_part(parts: tuple[str, ...]) -> str:
+    """The part of kernels/ that a module path (``("decode", "paged")`` or ``("theory",)``) is in."""
+    return parts[0].removesuffix(".py")
+
+
+def test_kernels_are_laid_out_by_job():
+    for name in KERNEL_SUBPACKAGES:
+        assert (ROOT / "kernels" / name / "__init__.py").is_file(), f"kernels/{name}/ is a package"
+    top = {p.stem for p in (ROOT / "kernels").glob("*.py")}
+    assert top == KERNEL_TOP_MODULES, f"modules at the top of kernels/ beyond the shared ones: {top - KERNEL_TOP_MODULES}"
+    folders = {p.name for p in (ROOT / "kernels").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(KERNEL_SUBPACKAGES), f"kernels/ holds folders {folders}"
+    for path in KERNEL_FILES:
+        parts = path.relative_to(ROOT / "kernels").parts
+        assert len(parts) <= 2, f"{path.relative_to(ROOT)}: one level of subpackages"
+
+
+def _kernel_imports(path: Path) -> set[str]:
+    """The parts of kernels/ that ``path`` imports, lazily or not."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules.add(node.module)
+            if node.module == "kernels":
+                modules |= {f"kernels.{alias.name}" for alias in node.names}
+    return {_kernel_part(tuple(m.split(".")[1:])) for m in modules if m.startswith("kernels.")}
+
+
+@pytest.mark.parametrize("path", KERNEL_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_inside_kernels_point_down(path):
+    part = _kernel_part(path.relative_to(ROOT / "kernels").parts)
+    if part == "__init__":
+        return
+    imported = _kernel_imports(path) - {part}
+    assert imported <= KERNELS_MAY_IMPORT[part], f"kernels/{part} may not import {imported - KERNELS_MAY_IMPORT[part]}"
+
+
+_TUNING_ROUND = re.compile(r"\brounds? \d+", re.IGNORECASE)
+_ROUND_FILES = KERNEL_FILES + sorted((ROOT / "scripts").rglob("*.py")) + sorted((ROOT / "benchmarks").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", _ROUND_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_comments_name_no_tuning_round(path):
+    """Code says what was measured and why it decides; which round measured it is the notes' job
+    (benchmarks/NOTES-*.md)."""
+    offenders = _comments_matching(path, _TUNING_ROUND)
+    assert not offenders, offenders

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, MixedResult, PrefillResult
-from kernels.online_softmax import OnlineSoftmaxRun
+from kernels.reference.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
     attainable_tflops, decode_contender_bytes, decode_flops, mixed_contender_bytes,
     prefill_contender_bytes, tflops,

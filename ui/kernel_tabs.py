@@ -12,7 +12,7 @@ import streamlit as st
 
 from kernels.bench.live import interpreter_check
 from kernels.bench.records import BenchReport
-from kernels.online_softmax import online_softmax_attention, random_head
+from kernels.reference.online_softmax import online_softmax_attention, random_head
 from simulation.explorer import WorkloadSettings, build_workload
 from ui.gpu_lock import run_guarded
 from ui.layout import metric_row

@@ -27,13 +27,13 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernels.bench.records import DecodeShape, PrefillShape  # noqa: E402
 from kernels.bench.timing import Rotation, sdpa_context  # noqa: E402
-from kernels.flash_forward import flash_attention_forward  # noqa: E402
-from kernels.int4_cache import dequantize_int4, quantize_pool_int4  # noqa: E402
-from kernels.paged_cache import quantize_kv_fp8  # noqa: E402
-from kernels.paged_decode import paged_decode_attention  # noqa: E402
-from kernels.paged_decode_int4 import paged_decode_int4  # noqa: E402
-from kernels.paged_reference import gather_kv_padded, paged_attention_reference  # noqa: E402
-from kernels.reference import naive_attention_native  # noqa: E402
+from kernels.prefill.flash import flash_attention_forward  # noqa: E402
+from kernels.cache.int4 import dequantize_int4, quantize_pool_int4  # noqa: E402
+from kernels.cache.paged import quantize_kv_fp8  # noqa: E402
+from kernels.decode.paged import paged_decode_attention  # noqa: E402
+from kernels.decode.int4 import paged_decode_int4  # noqa: E402
+from kernels.reference.paged import gather_kv_padded, paged_attention_reference  # noqa: E402
+from kernels.reference.dense import naive_attention_native  # noqa: E402
 from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes  # noqa: E402
 
 __all__ = ["DTYPES", "SDPA_BACKENDS", "DecodeInputs", "Timed", "DecodeContender", "DECODE", "PrefillInputs",

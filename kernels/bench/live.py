@@ -33,14 +33,14 @@ from kernels.bench.records import (  # noqa: E402
     SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, MemoryPoint, MixedResult,
     MixedShape, PrefillResult, PrefillShape, Provenance, compute_targets,
 )
-from kernels.chunked_prefill import chunked_prefill_attention, plan_batch  # noqa: E402
-from kernels.flash_forward import flash_attention_forward  # noqa: E402
-from kernels.paged_cache import build_paged_cache, quantize_fp8  # noqa: E402
-from kernels.paged_decode import paged_decode_attention  # noqa: E402
-from kernels.paged_reference import paged_attention_reference  # noqa: E402
-from kernels.reference import naive_attention  # noqa: E402
+from kernels.prefill.chunked import chunked_prefill_attention, plan_batch  # noqa: E402
+from kernels.prefill.flash import flash_attention_forward  # noqa: E402
+from kernels.cache.paged import build_paged_cache, quantize_fp8  # noqa: E402
+from kernels.decode.paged import paged_decode_attention  # noqa: E402
+from kernels.reference.paged import paged_attention_reference  # noqa: E402
+from kernels.reference.dense import naive_attention  # noqa: E402
 from kernels.tolerances import tolerance  # noqa: E402
-from kernels.varlen_reference import varlen_attention_reference  # noqa: E402
+from kernels.reference.varlen import varlen_attention_reference  # noqa: E402
 
 __all__ = ["Backend", "default_backend", "KernelRequest", "RunPlan", "Step", "plan_steps", "run_plan_on_gpu", "merge_reports", "InterpreterCheck",
            "interpreter_check", "DECODE_SWEEP_CONTEXTS", "DECODE_SWEEP_BATCHES", "PREFILL_SWEEP_NS",

@@ -1,7 +1,7 @@
 """Mixed chunked-prefill batches: which batches run, their contenders, one batch's records.
 
 A batch is prompt chunks (many query tokens over a cached prefix) and decode rows (one query
-token) reading one paged pool (``kernels.chunked_prefill``). Contenders, all on the same pool
+token) reading one paged pool (``kernels.prefill.chunked``). Contenders, all on the same pool
 and queries in the same run:
 
 * ``triton_chunked``: the whole batch in one launch (the plan is built once, before timing, as
@@ -32,11 +32,11 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernels.bench.records import Ceilings, Measurement, MixedResult, MixedShape  # noqa: E402
 from kernels.bench.timing import free_cuda_memory, measure, sdpa_context  # noqa: E402
-from kernels.chunked_prefill import BatchPlan, chunked_prefill_attention, plan_batch  # noqa: E402
-from kernels.flash_forward import flash_attention_forward  # noqa: E402
-from kernels.paged_reference import gather_kv_padded  # noqa: E402
+from kernels.prefill.chunked import BatchPlan, chunked_prefill_attention, plan_batch  # noqa: E402
+from kernels.prefill.flash import flash_attention_forward  # noqa: E402
+from kernels.reference.paged import gather_kv_padded  # noqa: E402
 from kernels.theory import varlen_flops, varlen_hbm_bytes  # noqa: E402
-from kernels.varlen_reference import cu_seqlens, varlen_attention_reference  # noqa: E402
+from kernels.reference.varlen import cu_seqlens, varlen_attention_reference  # noqa: E402
 from units import cdiv  # noqa: E402
 
 __all__ = ["MIXED_PRESETS", "mixed_batch", "mixed_batches", "MixedInputs", "mixed_inputs", "MIXED", "bench_mixed_shape", "DEFAULT_MIXED_CONTENDERS"]

@@ -127,8 +127,8 @@ def decode_shape_inputs(batch: int, context: int, n_q_heads: int, memory_share: 
 def quantized_pools(fmt: str, k16, v16) -> tuple:
     """``(k, v, kwargs)``: a bf16 pool pair quantised to ``fmt`` ("int4": ``Int4Pool`` pairs; "fp8":
     e4m3 pools, with their per-head scales in ``kwargs`` as the decode wrappers take them)."""
-    from kernels.int4_cache import quantize_pool_int4
-    from kernels.paged_cache import quantize_kv_fp8
+    from kernels.cache.int4 import quantize_pool_int4
+    from kernels.cache.paged import quantize_kv_fp8
 
     if fmt == "int4":
         return quantize_pool_int4(k16), quantize_pool_int4(v16), {}
@@ -157,7 +157,7 @@ def config_row(part: str, label: str, x, cfg, splits: int | None, cudnn_ms: floa
     rule inside a CUDA graph), CUDA-graph median against ``cudnn_ms``: a row of ``part``, printed;
     a config that does not compile or fit is a row with its error, not the end of the call."""
     from kernels.bench.timing import graph_ms
-    from kernels.paged_decode import decode_num_splits, paged_decode_attention
+    from kernels.decode.paged import decode_num_splits, paged_decode_attention
 
     name = f"{cfg.block_n}/{cfg.num_warps}/{cfg.num_stages}"
     try:

@@ -47,7 +47,7 @@ def _shuffled_within(tables: torch.Tensor, run: int) -> torch.Tensor:
 
 def pattern_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.paged_decode import paged_decode_attention
+    from kernels.decode.paged import paged_decode_attention
 
     rows = []
     for batch, ctx, hq in PATTERN_SHAPES:
@@ -100,7 +100,7 @@ LARGE_CONFIGS = ((64, 4, 3), (64, 4, 5), (64, 4, 8), (32, 4, 6), (32, 4, 8), (32
 
 def large_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.decode_config import DecodeConfig
+    from kernels.decode.config import DecodeConfig
 
     rows = []
     for (batch, ctx, hq), split_counts in LARGE_SHAPES:

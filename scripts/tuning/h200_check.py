@@ -3,7 +3,7 @@
 Run on the device machine: ``python -m scripts.tuning.h200_check [--out DIR] [--tune]``. Prints one
 line per correctness case (max abs error against the float32 paged reference) and, with
 ``--tune``, a table of median times / TB/s for launch configurations and split counts next to
-SDPA-CUDNN on contiguous KV, so one lease call decides the heuristic table in paged_decode.py.
+SDPA-CUDNN on contiguous KV, so one lease call decides the heuristic table in kernels/decode/config.py.
 Writes ``decode_check.json`` under ``--out``. Not imported by the app or the tests.
 """
 
@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from kernels.paged_cache import build_paged_cache, quantize_fp8, quantize_kv_fp8
-from kernels.decode_merge import merge_splits
-from kernels.paged_decode import DecodeConfig, default_config, default_num_splits, paged_decode_attention
-from kernels.paged_reference import gather_kv_padded, paged_attention_reference
+from kernels.cache.paged import build_paged_cache, quantize_fp8, quantize_kv_fp8
+from kernels.decode.merge import merge_splits
+from kernels.decode.paged import DecodeConfig, default_config, default_num_splits, paged_decode_attention
+from kernels.reference.paged import gather_kv_padded, paged_attention_reference
 from kernels.theory import decode_kv_bytes, tbps
 from kernels.tolerances import tolerance
 
@@ -150,7 +150,7 @@ def _pool(b, L, hkv, d=128, bs=16):
 
 
 def tune2() -> list[dict]:
-    """Round 2: small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
+    """Small-batch configs/splits against CUDNN, the merge kernel's cost, FP8 via fp16 dots."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     rows = []
@@ -220,7 +220,7 @@ def tune2() -> list[dict]:
 
 
 def tune3() -> list[dict]:
-    """Round 3: why batch 1 is slower inside the benchmark (rotation over a 1 GB pool? CPU?), and
+    """Why batch 1 is slower inside the benchmark (rotation over a 1 GB pool? CPU?), and
     FP8 variants (num_stages 1: no smem staging of fp8 tiles; e4m3 q.k^T dot)."""
     import time
 

@@ -30,12 +30,12 @@ import torch
 from kernels.bench.mixed import bench_mixed_shape, mixed_batches, mixed_inputs
 from kernels.bench.records import Ceilings, MixedShape
 from kernels.bench.timing import environment, measure_ceilings, sdpa_context
-from kernels.chunked_prefill import VarlenConfig, chunked_prefill_attention, plan_batch
-from kernels.flash_forward import FlashConfig, flash_attention_forward, pick_config
-from kernels.paged_cache import quantize_kv_fp8
-from kernels.reference import naive_attention_lse
+from kernels.prefill.chunked import VarlenConfig, chunked_prefill_attention, plan_batch
+from kernels.prefill.flash import FlashConfig, flash_attention_forward, pick_config
+from kernels.cache.paged import quantize_kv_fp8
+from kernels.reference.dense import naive_attention_lse
 from kernels.theory import prefill_flops, tflops, varlen_flops
-from kernels.varlen_reference import varlen_attention_reference
+from kernels.reference.varlen import varlen_attention_reference
 
 VARLEN_CANDIDATES = {
     "default": None,  # default_varlen_config: m128 n32 w4 s3, decode tiles n128

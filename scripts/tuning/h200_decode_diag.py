@@ -24,7 +24,7 @@
   it, and each of those alone on a call's partials; with fp32 partials (the default) and bf16.
 * ``b1merge``: batch 1 (32K and 128K, where a call's merge has the fewest programs), the bf16
   and INT4 calls as called with each merge launch of ``B1_MERGE_VARIANTS`` forced, the policy's
-  own (``kernels.decode_merge.merge_launch``), and cuDNN beside.
+  own (``kernels.decode.merge.merge_launch``), and cuDNN beside.
 * ``host``: the host time of each piece of an eager call (the wrapper, the JIT launch, a direct
   launch of the compiled kernel).
 * ``eager``: batch 1 x 32K, per decode path: the host time of one call (synchronised before it,
@@ -79,9 +79,9 @@ def _kernel_times(fn, calls: int = 20) -> dict[str, float]:
 
 def gqa_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.decode_backends import default_rdq_config
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
+    from kernels.decode.backends import default_rdq_config
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.rdq import rdq_paged_decode, rdq_plan
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -114,9 +114,9 @@ def gqa_rows() -> list[dict]:
 
 def split_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.decode_backends import default_rdq_config
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
+    from kernels.decode.backends import default_rdq_config
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.rdq import rdq_paged_decode, rdq_plan
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -169,10 +169,10 @@ def _fits(rows: list[dict], names, label: str = "") -> list[dict]:
 
 def fixed_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.decode_backends import default_rdq_config
-    from kernels.decode_merge import merge_splits
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_rdq import rdq_paged_decode
+    from kernels.decode.backends import default_rdq_config
+    from kernels.decode.merge import merge_splits
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.rdq import rdq_paged_decode
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -220,8 +220,8 @@ def dispatch_rows() -> list[dict]:
     import triton.language as tl
 
     from kernels.bench.timing import graph_ms
-    from kernels.decode_backends import default_rdq_config
-    from kernels.paged_decode_rdq import rdq_paged_decode
+    from kernels.decode.backends import default_rdq_config
+    from kernels.decode.rdq import rdq_paged_decode
     from scripts.tuning.device_rows import decode_shape_inputs
 
     @triton.jit
@@ -266,7 +266,7 @@ B1_SPLITS = (33, 44, 88, 132)
 
 def b1_rows() -> list[dict]:
     from kernels.bench.timing import graph_ms
-    from kernels.decode_config import DecodeConfig
+    from kernels.decode.config import DecodeConfig
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -295,11 +295,11 @@ B1_MERGE_VARIANTS = ((128, 4), (64, 2), (32, 1), (16, 1), (16, 2), (8, 1))
 
 
 def b1merge_rows() -> list[dict]:
-    import kernels.decode_merge as decode_merge
+    import kernels.decode.merge as decode_merge
     from kernels.bench.timing import graph_ms
-    from kernels.decode_backends import default_rdq_config
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_rdq import rdq_paged_decode
+    from kernels.decode.backends import default_rdq_config
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.rdq import rdq_paged_decode
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows, policy = [], decode_merge.merge_launch
@@ -330,7 +330,7 @@ def b1merge_rows() -> list[dict]:
 
 
 def nomerge_rows() -> list[dict]:
-    from kernels.decode_backends import default_rdq_config
+    from kernels.decode.backends import default_rdq_config
 
     rows = []
     default = default_rdq_config("int4")
@@ -342,11 +342,11 @@ def nomerge_rows() -> list[dict]:
 def _nomerge_config_rows(cname: str, cfg) -> list[dict]:
     """:func:`nomerge_rows` for one rdq config, each row labelled ``cname``."""
     from kernels.bench.timing import graph_ms
-    from kernels.decode_merge import merge_splits
-    from kernels.paged_decode_rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
+    from kernels.decode.merge import merge_splits
+    from kernels.decode.rdq import (_kernel_args, _launch_kwargs, _launch_rdq_kernel, _prepare,
                                           partial_dtype, rdq_paged_decode)
-    from kernels.decode_launch import check_call_options
-    from kernels.online_softmax import LOG2_E
+    from kernels.decode.launch import check_call_options
+    from kernels.reference.online_softmax import LOG2_E
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows = []
@@ -423,9 +423,9 @@ def host_rows() -> list[dict]:
     """Host microseconds of the pieces of one eager call at batch 1 x 32K 32/8: the whole call,
     the wrapper's preparation, the JIT launch with prepared arguments, and a direct launch of the
     compiled kernel with the same arguments (no binding, no cache lookup)."""
-    import kernels.paged_decode as pd
-    import kernels.paged_decode_rdq as rdq
-    from kernels.decode_backends import default_rdq_config
+    import kernels.decode.paged as pd
+    import kernels.decode.rdq as rdq
+    from kernels.decode.backends import default_rdq_config
     from scripts.tuning.device_rows import decode_shape_inputs
 
     label, _, x = decode_shape_inputs(1, 32768, 32, memory_share=4)
@@ -490,9 +490,9 @@ def _host_us(fn, n: int = 200) -> float:
 
 def eager_rows() -> tuple[list[dict], str]:
     from kernels.bench.timing import EAGER_REPEATS, do_bench, graph_ms
-    from kernels.decode_config import default_config
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_int4 import paged_decode_int4
+    from kernels.decode.config import default_config
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.int4 import paged_decode_int4
     from scripts.tuning.device_rows import decode_shape_inputs
 
     rows, profile_text = [], ""

@@ -19,10 +19,10 @@ import argparse
 
 import torch
 
-from kernels.int4_cache import quantize_pool_int4
-from kernels.paged_cache import quantize_kv_fp8
-from kernels.paged_decode import paged_decode_attention
-from kernels.paged_decode_int4 import paged_decode_int4
+from kernels.cache.int4 import quantize_pool_int4
+from kernels.cache.paged import quantize_kv_fp8
+from kernels.decode.paged import paged_decode_attention
+from kernels.decode.int4 import paged_decode_int4
 
 
 def main() -> None:
@@ -56,8 +56,8 @@ def main() -> None:
             paged_decode_int4(q, k4, v4, tables, lens, validate=False)
     for fmt in ("int4", "fp8"):
         if f"rdq-{fmt}" in kinds:
-            from kernels.decode_backends import default_rdq_config
-            from kernels.paged_decode_rdq import rdq_paged_decode
+            from kernels.decode.backends import default_rdq_config
+            from kernels.decode.rdq import rdq_paged_decode
             from scripts.tuning.device_rows import quantized_pools
 
             kq, vq, kw = quantized_pools(fmt, k, v)

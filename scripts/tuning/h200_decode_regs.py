@@ -27,10 +27,10 @@ import torch.nn.functional as F
 from kernels.bench.records import DecodeShape
 from kernels.bench.sweeps import _decode_inputs
 from kernels.bench.timing import graph_ms, rotations, sdpa_context
-from kernels.decode_launch import _RESIDENT
-from kernels.paged_cache import build_paged_cache, quantize_fp8, quantize_kv_fp8
-from kernels.paged_decode import DecodeConfig, decode_num_splits, default_config, paged_decode_attention
-from kernels.paged_reference import paged_attention_reference
+from kernels.decode.launch import _RESIDENT
+from kernels.cache.paged import build_paged_cache, quantize_fp8, quantize_kv_fp8
+from kernels.decode.paged import DecodeConfig, decode_num_splits, default_config, paged_decode_attention
+from kernels.reference.paged import paged_attention_reference
 from kernels.theory import decode_kv_bytes
 
 FP8_QK = default_config(128, torch.float8_e4m3fn)

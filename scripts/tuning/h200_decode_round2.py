@@ -25,11 +25,11 @@ import torch.nn.functional as F
 from kernels.bench.sweeps import _decode_inputs
 from kernels.bench.records import DecodeShape
 from kernels.bench.timing import do_bench, graph_ms, rotations, sdpa_context
-from kernels.int4_cache import dequantize_int4, quantize_int4, quantize_pool_int4
-from kernels.paged_cache import build_paged_cache, quantize_fp8, quantize_kv_fp8
-from kernels.paged_decode import DecodeConfig, paged_decode_attention
-from kernels.paged_decode_int4 import paged_decode_int4
-from kernels.paged_reference import paged_attention_reference
+from kernels.cache.int4 import dequantize_int4, quantize_int4, quantize_pool_int4
+from kernels.cache.paged import build_paged_cache, quantize_fp8, quantize_kv_fp8
+from kernels.decode.paged import DecodeConfig, paged_decode_attention
+from kernels.decode.int4 import paged_decode_int4
+from kernels.reference.paged import paged_attention_reference
 from kernels.theory import decode_kv_bytes
 from kernels.tolerances import tolerance
 

@@ -13,9 +13,9 @@ import torch
 from kernels.bench.records import DecodeShape
 from kernels.bench.sweeps import _decode_inputs
 from kernels.bench.timing import graph_ms, rotations
-from kernels.decode_config import default_config, default_num_splits
-from kernels.paged_cache import quantize_kv_fp8
-from kernels.paged_decode import DecodeConfig, paged_decode_attention
+from kernels.decode.config import default_config, default_num_splits
+from kernels.cache.paged import quantize_kv_fp8
+from kernels.decode.paged import DecodeConfig, paged_decode_attention
 from kernels.theory import decode_kv_bytes
 
 SHAPES = ((1, 32768), (1, 131072), (8, 32768), (8, 16384), (32, 32768), (32, 16384), (128, 4096))

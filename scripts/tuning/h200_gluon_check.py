@@ -26,9 +26,9 @@ import time
 import torch
 
 from kernels.bench.timing import environment, sdpa_context
-from kernels.flash_forward import flash_attention_forward
-from kernels.flash_forward_gluon import GLUON_CONFIGS, gluon_attention_forward
-from kernels.reference import naive_attention_lse
+from kernels.prefill.flash import flash_attention_forward
+from kernels.prefill.flash_gluon import GLUON_CONFIGS, gluon_attention_forward
+from kernels.reference.dense import naive_attention_lse
 from kernels.theory import prefill_flops, tflops
 
 # (batch, N, Hq, Hkv): the target shapes.

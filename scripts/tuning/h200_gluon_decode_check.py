@@ -31,7 +31,7 @@ import time
 import torch
 
 from inputs.uploads import dumps_strict
-from kernels.paged_decode_gluon import GLUON_DECODE_CONFIGS
+from kernels.decode.gluon import GLUON_DECODE_CONFIGS
 from scripts.tuning.device_rows import (add_child_options, decode_shape_inputs, emit, error_text, finite,
                                        run_child, run_rows)
 
@@ -48,9 +48,9 @@ BASELINES = ("triton", "cudnn")
 
 
 def _child_check(items: list[list[int]], deadline: float, out) -> None:
-    from kernels.paged_cache import build_paged_cache
-    from kernels.paged_decode_gluon import gluon_decode_plan, gluon_paged_decode
-    from kernels.paged_reference import paged_attention_reference
+    from kernels.cache.paged import build_paged_cache
+    from kernels.decode.gluon import gluon_decode_plan, gluon_paged_decode
+    from kernels.reference.paged import paged_attention_reference
     from kernels.tolerances import tolerance
 
     for case in sorted({c for c, _ in items}):
@@ -104,8 +104,8 @@ def _cudnn_run(x, sdpa_context):
 def _speed_shape(s: int, contenders: list, deadline: float, out) -> None:
     """The rows of shape ``SHAPES[s]``: the same KV for every contender."""
     from kernels.bench.timing import graph_ms, sdpa_context
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_gluon import gluon_decode_plan, gluon_paged_decode
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.gluon import gluon_decode_plan, gluon_paged_decode
 
     label, kv_bytes, x = decode_shape_inputs(*SHAPES[s], memory_share=3)
     n_rot = x.rot.n

@@ -21,7 +21,7 @@ import triton.testing
 from kernels.bench.mixed import bench_mixed_shape, mixed_batch
 from kernels.bench.records import Ceilings
 from kernels.bench.timing import sdpa_context
-from kernels.flash_forward import flash_attention_forward
+from kernels.prefill.flash import flash_attention_forward
 from kernels.theory import prefill_flops, tflops
 
 SHAPES = [(32, 512), (16, 1024), (8, 2048), (4, 4096)]

@@ -61,7 +61,7 @@ def _error(exc: BaseException) -> str:
 
 
 def _counters_zero() -> bool:
-    from kernels.decode_launch import merge_counters
+    from kernels.decode.launch import merge_counters
 
     return not bool(merge_counters(torch.device("cuda"), 1).any())
 
@@ -76,12 +76,12 @@ def _configs(base) -> dict:
 
 
 def _check_case(case: tuple) -> dict:
-    from kernels.decode_config import default_config
-    from kernels.int4_cache import dequantize_int4, quantize_int4
-    from kernels.paged_cache import build_paged_cache, quantize_fp8
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_int4 import default_int4_config, paged_decode_int4
-    from kernels.paged_reference import paged_attention_reference
+    from kernels.decode.config import default_config
+    from kernels.cache.int4 import dequantize_int4, quantize_int4
+    from kernels.cache.paged import build_paged_cache, quantize_fp8
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.int4 import default_int4_config, paged_decode_int4
+    from kernels.reference.paged import paged_attention_reference
     from kernels.tolerances import tolerance
 
     label, lens, bs, hq, hkv, cache, splits = case
@@ -121,9 +121,9 @@ def _check_case(case: tuple) -> dict:
 
 def _graph_check() -> dict:
     """One inline call captured in a CUDA graph: every replay equals the eager output."""
-    from kernels.decode_config import default_config
-    from kernels.paged_cache import build_paged_cache
-    from kernels.paged_decode import paged_decode_attention
+    from kernels.decode.config import default_config
+    from kernels.cache.paged import build_paged_cache
+    from kernels.decode.paged import paged_decode_attention
 
     g = torch.Generator(device="cuda").manual_seed(7)
     c = build_paged_cache([20000, 4096, 999], block_size=16, n_kv_heads=8, head_dim=128, dtype=torch.bfloat16,
@@ -156,9 +156,9 @@ def _speed_shape(shape_index: int, deadline: float) -> list[dict]:
     import torch.nn.functional as F
 
     from kernels.bench.timing import do_bench, graph_ms, sdpa_context
-    from kernels.decode_config import default_config
-    from kernels.decode_launch import _RESIDENT, signature
-    from kernels.paged_decode import decode_num_splits, paged_decode_attention
+    from kernels.decode.config import default_config
+    from kernels.decode.launch import _RESIDENT, signature
+    from kernels.decode.paged import decode_num_splits, paged_decode_attention
 
     label, kv_bytes, x = decode_shape_inputs(*SHAPES[shape_index], memory_share=3)
     n_rot = x.rot.n

@@ -1,5 +1,5 @@
 """One GPU call: the bf16 decode kernel's split count and speed with each merge planned for its
-own kernel variant (``kernels.paged_decode.choose_merge_plan``).
+own kernel variant (``kernels.decode.paged.choose_merge_plan``).
 
     python3 -m scripts.tuning.h200_merge_plan --json $OUT/merge_plan.json
 
@@ -30,10 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     from kernels.bench.timing import graph_ms
-    from kernels.decode_config import default_config
-    from kernels.paged_cache import build_paged_cache
-    from kernels.paged_decode import _prepare, paged_decode_attention
-    from kernels.paged_reference import paged_attention_reference
+    from kernels.decode.config import default_config
+    from kernels.cache.paged import build_paged_cache
+    from kernels.decode.paged import _prepare, paged_decode_attention
+    from kernels.reference.paged import paged_attention_reference
 
     rows = []
     for batch, context, hq, bs in SHAPES:

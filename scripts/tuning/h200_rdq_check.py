@@ -38,7 +38,7 @@ import time
 import torch
 
 from inputs.uploads import dumps_strict
-from kernels.paged_decode_rdq import RDQ_CONFIGS
+from kernels.decode.rdq import RDQ_CONFIGS
 from scripts.tuning.device_rows import (add_child_options, decode_shape_inputs, emit, error_text, finite,
                                        quantized_pools, run_child, run_rows)
 
@@ -50,7 +50,7 @@ CHECKS = [
     ("3+333+4099 16/4 d64 block 32", [3, 333, 4099], 32, 16, 4, 64, "bf16", None),
     ("B1 32K 32/8 block 64", [32768], 64, 32, 8, 128, "bf16", None),
 ]
-# B8 L32K 64/8 (GQA 8) is the harness's worst FP8/INT4 shape (runs 7 and 8).
+# B8 L32K 64/8 (GQA 8) is the harness's worst FP8/INT4 shape (in full harness runs on the H200).
 SHAPES = [(1, 32768, 32), (8, 32768, 32), (8, 32768, 64), (32, 16384, 64), (128, 4096, 32)]
 LARGE_TOKENS = 256 * 1024  # batch x context of the shapes the targets are stated over
 BASELINES = ("triton bf16", "triton int4", "triton fp8")
@@ -72,7 +72,7 @@ def _name(who: str) -> str:
 
 def _pools(fmt: str, k16, v16):
     """``(k, v, kwargs, dequantised k, dequantised v)`` of a bf16 pool pair in ``fmt``."""
-    from kernels.int4_cache import dequantize_int4
+    from kernels.cache.int4 import dequantize_int4
 
     k, v, kw = quantized_pools(fmt, k16, v16)
     if fmt == "int4":
@@ -85,9 +85,9 @@ def _pools(fmt: str, k16, v16):
 
 
 def _child_check(items: list[list], deadline: float, out) -> None:
-    from kernels.paged_cache import build_paged_cache
-    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
-    from kernels.paged_reference import paged_attention_reference
+    from kernels.cache.paged import build_paged_cache
+    from kernels.decode.rdq import rdq_paged_decode, rdq_plan
+    from kernels.reference.paged import paged_attention_reference
     from kernels.tolerances import tolerance
 
     tols = {"int4": tolerance("paged_decode", "int4").atol, "fp8": tolerance("paged_decode", "fp8 fp16 dots").atol}
@@ -130,9 +130,9 @@ def _child_speed(items: list[list], deadline: float, out) -> None:
 
 def _contender(who: str, q, k16, v16, tables, lens, pools: dict):
     """``(call(i), extra row fields)`` of one contender on rotation ``i`` of the inputs."""
-    from kernels.paged_decode import paged_decode_attention
-    from kernels.paged_decode_int4 import paged_decode_int4
-    from kernels.paged_decode_rdq import rdq_paged_decode, rdq_plan
+    from kernels.decode.paged import paged_decode_attention
+    from kernels.decode.int4 import paged_decode_int4
+    from kernels.decode.rdq import rdq_paged_decode, rdq_plan
 
     if who == "triton bf16":
         return lambda i: paged_decode_attention(q[i], k16, v16, tables[i], lens, validate=False), {}

@@ -92,7 +92,7 @@ def _shape(batch: int, ctx: int, hq: int, memory_share: int = 4) -> tuple:
 
 def floor_rows() -> list[dict]:
     """``floor``: one head's tokens a program, both arrangements, beside the shipped kernel."""
-    from kernels.paged_decode import paged_decode_attention
+    from kernels.decode.paged import paged_decode_attention
 
     rows = []
     for batch, ctx, hq in SHAPES:
@@ -125,7 +125,7 @@ SPLIT_KERNEL_CONFIGS = ((64, 4, 3), (64, 4, 2), (32, 4, 3), (64, 8, 3))
 
 def split_rows() -> list[dict]:
     """``splits``: more programs, for the read and for the decode kernel."""
-    from kernels.decode_config import DecodeConfig
+    from kernels.decode.config import DecodeConfig
     from scripts.tuning.device_rows import config_row
 
     rows = []
@@ -203,8 +203,8 @@ B1_CONFIGS = ((64, 4, 3), (64, 4, 2), (32, 4, 3), (32, 4, 2), (16, 2, 4), (16, 2
 
 def b1_rows() -> list[dict]:
     """``b1``: the decode kernel at batch 1, as called and its split kernel alone."""
-    from kernels.decode_config import DecodeConfig
-    from kernels.paged_decode import _launch_split_kernel, _prepare
+    from kernels.decode.config import DecodeConfig
+    from kernels.decode.paged import _launch_split_kernel, _prepare
     from scripts.tuning.device_rows import config_row
 
     rows = []

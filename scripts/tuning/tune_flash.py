@@ -4,10 +4,10 @@ Run on the GPU machine, one call does everything (the device lease is short):
 
     python3 -m scripts.tuning.tune_flash --json $OUT/tune_flash.json
 
-1. Correctness of every candidate configuration against :func:`kernels.reference.naive_attention_lse`
+1. Correctness of every candidate configuration against :func:`kernels.reference.dense.naive_attention_lse`
    at a real size with a masked tail (B=1, Hq=32, Hkv=8, N=1027, D=128, bf16), causal and not.
 2. Tuning: every candidate timed at the tuning shapes; the fastest correct one per
-   (head dim, causal) is reported (and is what ``_GPU_CONFIGS`` in flash_forward.py should hold).
+   (head dim, causal) is reported (and is what ``_GPU_CONFIGS`` in kernels/prefill/flash.py should hold).
 3. Sweep: the table configuration and the fastest candidate against SDPA's FLASH_ATTENTION,
    CUDNN_ATTENTION and EFFICIENT_ATTENTION backends on the same tensors, for B in 1, 2, 4,
    Hq=32 with Hkv=8 (and 32), N = 1K, 4K, 8K, 16K, causal and not, D=128, bf16.
@@ -32,8 +32,8 @@ import traceback
 
 import torch
 
-from kernels.flash_forward import FlashConfig, flash_attention_forward, pick_config
-from kernels.reference import naive_attention_lse
+from kernels.prefill.flash import FlashConfig, flash_attention_forward, pick_config
+from kernels.reference.dense import naive_attention_lse
 from kernels.tolerances import tolerance
 
 # Candidates for D=128 on Hopper: pointer loads vs TMA descriptors, 64/128-key tiles, 4/8 warps,
