@@ -33,7 +33,7 @@ TOLERANCES: dict[tuple[str, str], Tolerance] = {
         "percent, which a softmax over a handful of tokens passes on almost whole: emulating the "
         "rounding over 2-5-token sequences (3,000 random cases per length, GQA 8) reaches 0.17; "
         "the H200 measured 9.0e-2 at 3 tokens, up to 6.5e-2 over 17-97 and <= 7.5e-3 over 1K-20K "
-        "tokens (benchmarks/NOTES-decode.md)")),
+        "tokens")),
     ("paged_decode", "fp8 fp16 dots"): Tolerance(atol=2e-2, why=(
         "FP8 KV with DecodeConfig(fp8_qk_dot=False): the query stays in fp16 for both dots, so only "
         "the bf16 roundings remain (as for bf16; measured <= 7.8e-3)")),

@@ -31,10 +31,11 @@ from typing import Union
 
 from hardware.gpus import get_gpu
 from inputs.errors import InputError, shown
+from inputs.uploads import loads_json, read_path_capped, upload_bytes
+from kernels.bench.record_ranges import check_ranges
 # The formulas behind every rate live with the traffic model; imported here because the records
 # are filled with them (and re-exported for callers that read both).
 from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flops, tbps, tflops, varlen_flops
-from inputs.uploads import loads_json, read_path_capped, upload_bytes
 
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
@@ -490,46 +491,8 @@ def _build(tp, value, where: str):
     raise TypeError(f"{where}: no loader for type {tp!r}")  # a bug in this module, not in the file
 
 
-# What a results file may hold, by field name (inclusive bounds): each figure the pages and the
-# planner divide by or scale with is positive and of a size a GPU run can give. A file can pass
-# the schema with a 1e-300 TB/s ceiling or a zero-head shape; it is refused here, by path.
-_RANGES: dict[str, tuple[float, float]] = {
-    "batch": (1, 1_000_000), "context": (1, 1 << 24), "seq_len": (1, 1 << 24), "n_q_heads": (1, 4096),
-    "n_kv_heads": (1, 4096), "n_heads": (1, 4096), "head_dim": (1, 4096), "block_size": (1, 1 << 16),
-    "num_splits": (1, 1 << 16), "sm_count": (0, 1 << 16), "kv_bytes": (0, 1e18), "flops": (0, 1e21),
-    "hbm_bytes": (0, 1e18), "work": (0, 1e21), "copy_tbps": (1e-3, 1e3), "datasheet_tbps": (1e-3, 1e3),
-    "matmul_tflops": (1e-3, 1e6), "datasheet_tflops": (1e-3, 1e6), "copy_buffer_bytes": (1, 1 << 50),
-    "matmul_n": (1, 1 << 20), "median_ms": (1e-6, 1e7), "eager_ms": (1e-6, 1e7), "eager_passes": (1, 1000),
-    "rate": (0, 1e7), "share_of_measured": (0, 1e3), "share_of_datasheet": (0, 1e3), "peak_bytes": (0, 1 << 50),
-    "max_abs_err": (0, 1e30), "q_lens": (1, 1 << 24), "seq_lens": (1, 1 << 24),
-}
-
-
-def _check_ranges(obj: object, where: str) -> None:
-    """Every bounded field of ``obj`` (and of the dataclasses inside it) within :data:`_RANGES`."""
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        path = f"{where}.{f.name}"
-        if dataclasses.is_dataclass(value):
-            _check_ranges(value, path)
-        elif isinstance(value, tuple):
-            for i, item in enumerate(value):
-                if dataclasses.is_dataclass(item):
-                    _check_ranges(item, f"{path}[{i}]")
-                elif f.name in _RANGES:
-                    _in_range(f.name, item, f"{path}[{i}]")
-        elif f.name in _RANGES and value is not None:
-            _in_range(f.name, value, path)
-
-
-def _in_range(name: str, value: float, path: str) -> None:
-    low, high = _RANGES[name]
-    if not (math.isfinite(value) and low <= value <= high):
-        raise ValueError(f"{path}: {value!r} is outside {low:g}..{high:g}")
-
-
 def _check_semantics(report: BenchReport) -> None:
-    _check_ranges(report, "report")
+    check_ranges(report, "report")
     for kind, rows in (("decode", report.decode), ("prefill", report.prefill), ("mixed", report.mixed),
                        ("page_sizes", report.page_sizes)):
         for i, r in enumerate(rows):

@@ -1,7 +1,7 @@
 """What limits each benchmark target when a run misses it, in one sentence per target.
 
-The sentences summarise the measured findings kept in ``benchmarks/NOTES-decode.md`` and
-``benchmarks/NOTES-prefill.md`` (each version tried on the H200 and its figures); they sit
+The sentences summarise what the H200 measurements found limits each kernel (the state notes
+``docs/kernels/DECODE.md`` and ``docs/kernels/PREFILL.md`` give the figures behind them); they sit
 next to :data:`kernels.bench.records.TARGET_SPECS` so that a page or a report naming an unmet
 target can say why in the same words. A target the kernels have always met still has a
 sentence: it says what the figure depends on, for a run on another GPU that misses it.

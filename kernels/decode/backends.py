@@ -1,8 +1,8 @@
 """Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
 they were measured with.
 
-Two kernels serve quantised KV (H200 CUDA-graph medians in benchmarks/NOTES-decode.md, tokens/s
-over the Triton bf16 kernel at the worst shape with batch x context >= 256K):
+Two kernels serve quantised KV (H200 CUDA-graph medians, tokens/s over the Triton bf16 kernel
+at the worst shape with batch x context >= 256K):
 
 * the Triton kernels of :mod:`kernels.decode.paged` (FP8: 1.39x) and
   :mod:`kernels.decode.int4` (0.84x) run everywhere, the interpreter included;
@@ -71,7 +71,7 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor |
 def default_rdq_config(fmt: str):
     """The rdq configuration ``backend="auto"`` uses for ``fmt`` ("int4" or "fp8"): the swapped
     design (query heads as the MMA's N), timed fastest at the worst large shape on the H200
-    (benchmarks/NOTES-decode.md; ratios are tokens/s over the bf16 Triton kernel). Both split for
+    (ratios are tokens/s over the bf16 Triton kernel in the same call). Both split for
     at most one wave of their residency.
 
     * FP8: 32-token tiles through a 3-stage copy ring, 4 programs per SM (1.73x; 16x6st 1.72x).

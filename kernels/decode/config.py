@@ -1,8 +1,8 @@
 """Launch configuration of the paged decode kernels: tile sizes, warps, stages and split count.
 
 A heuristic table instead of ``@triton.autotune`` (which needs a GPU driver to run at all, so
-the interpreter tests could not use it). Every entry is a measurement on the H200, recorded in
-``benchmarks/NOTES-decode.md``.
+the interpreter tests could not use it). Every entry is the fastest of the configurations timed
+on the H200 at the shapes named in its docstring.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class DecodeConfig:
 def default_config(head_dim: int, kv_dtype: torch.dtype) -> DecodeConfig:
     """Heuristic table instead of ``@triton.autotune`` (which needs a GPU driver to run at all).
 
-    Measured on the H200 (benchmarks/NOTES-decode.md): for bf16 KV at d = 128,
+    Measured on the H200: for bf16 KV at d = 128,
     64-token tiles, 4 warps, 3 stages are within 1 % of the best of 18 configurations at every
     shape with batch x context >= 128K. FP8 KV: 128-token tiles, 2 stages and the e4m3 q.k^T dot
     (1.38x the bf16 kernel against 1.09x for fp16 dots), split for one wave instead of two (FP8
@@ -94,7 +94,7 @@ def single_wave_splits(batch: int, n_kv_heads: int, max_len: int, block_n: int, 
     """The most splits whose grid fits in one wave of ``per_sm`` programs per SM (at least 1, at
     most one per 4 tiles and ``MAX_SPLITS``).
 
-    The rdq kernels' rule (one warp per program, benchmarks/NOTES-decode.md): on the
+    The rdq kernels' rule (one warp per program): on the
     H200 their fastest split count at every large shape and at batch 1 was the largest that
     stays within one wave — INT4 at its full residency (16 per SM: batch 8 x 32K 33 splits, 2.29x
     the bf16 kernel, against 2.06x at two waves), FP8 at 4 per SM, half its residency (batch 8 x
@@ -121,7 +121,7 @@ def default_num_splits(
     split count to the neighbour that wastes less of the last wave, keep at least 4 tiles per
     split, and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
     choices, the configured number of waves wins, then more splits for one wave and fewer for
-    two (benchmarks/NOTES-decode.md).
+    two: a third, nearly empty wave cost up to 40 % on the H200.
     """
     programs = batch * n_kv_heads
     slots = resident * sm_count  # programs resident at once

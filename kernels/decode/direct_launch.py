@@ -2,8 +2,8 @@
 
 An eager decode call at batch 1 is bound by the host, not the GPU. On the H200 host the JIT
 launch of the bf16 split kernel cost 51.5 us with its arguments already prepared, and a direct
-launch of the same compiled kernel 19.1 us; the rdq kernel's 60.7 and 18.3 (benchmarks/
-NOTES-decode.md). On every call the JIT re-derives what the call's shapes already
+launch of the same compiled kernel 19.1 us; the rdq kernel's 60.7 and 18.3 (host time on the
+H200's machine). On every call the JIT re-derives what the call's shapes already
 fix: each argument's specialisation, the cache key, the compiled kernel and, for Gluon, the
 layout constexprs' keys.
 

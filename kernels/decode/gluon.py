@@ -124,7 +124,7 @@ class GluonDecodeConfig:
         return f"gluon {self.block_n}x{self.num_stages}st{' ov' if self.overlap else ''}"
 
 
-# Timed on the H200 by scripts/tuning/h200_gluon_decode_check.py (benchmarks/NOTES-decode.md); the
+# Timed on the H200 by scripts/tuning/h200_gluon_decode_check.py (CUDA-graph medians); the
 # first is the default: x the Triton kernel 64x2st 0.99-1.02, 64x3st ov 0.88-0.94, 64x3st 0.92-0.99,
 # 32x3st 0.92-1.00, 128x2st 0.80-0.87 (a 32x4st overlapped variant returned NaN at block 1: dropped).
 GLUON_DECODE_CONFIGS: tuple[GluonDecodeConfig, ...] = (

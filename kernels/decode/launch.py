@@ -1,7 +1,7 @@
 """Host-side plumbing shared by the paged decode wrappers, kept off the per-call path.
 
 An eager decode call at batch 1 does ~50 us of GPU work; the first wrapper spent ~90 us of CPU
-per call on checks, scale tensors and allocations (benchmarks/NOTES-decode.md). What depends only
+per call on checks, scale tensors and allocations, more than the kernels' GPU time. What depends only
 on a call's shapes, dtypes, strides and device is therefore worked out once per signature and
 cached: shape checks (:func:`checked_once`), the split plan (:func:`split_plan`) and unit FP8
 scales.

@@ -6,8 +6,9 @@ A split call leaves per split a normalised fp32 partial ``[batch, n_q_heads, num
 head_dim]`` and its base-2 log-sum-exp ``[batch, n_q_heads, num_splits]`` (``-inf`` for an empty
 split); the output is their LSE-weighted sum. By default (``DecodeConfig.merge="auto"``) few
 splits are merged by the last split program of each (sequence, KV head) to finish, many by a
-second kernel launched as a programmatic dependent launch on Hopper (the timings that chose
-this: benchmarks/NOTES-decode.md).
+second kernel launched as a programmatic dependent launch on Hopper. On the H200 the inline
+merge was faster at 8 splits (0.979x cuDNN against 0.963x) and slower at batch 1's 66, where one
+program reads every partial in series while the merge kernel spreads them over a grid.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def merge_launch(batch: int, n_q_heads: int, num_splits: int, head_dim: int) -> 
     """``(head dims per program, warps)`` of the merge kernel for a call's partials. Small
     programs: each (sequence, query head) is cut along the head dim so that more, lighter
     programs share the few microseconds the merge has (one wave either way). On the H200
-    (benchmarks/NOTES-decode.md), INT4 batch 8 x 32K 64/8 at 33 splits: 32 dims and one
+    (CUDA-graph medians), INT4 batch 8 x 32K 64/8 at 33 splits: 32 dims and one
     warp 2.5 us faster a call than the whole head on four warps; batch 32 x 16K at 8 splits: 64
     dims on two warps 2.8 us faster."""
     if num_splits >= 16:

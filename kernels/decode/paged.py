@@ -30,8 +30,9 @@ in the logit scale) and K goes to the tensor cores as stored. p.v runs in fp16: 
 e4m3 -> fp16 (a native conversion on Hopper; e4m3 -> bf16 is not, and was measured 0.6-1.05x the
 bf16 kernel). An e4m3 p.v MMA needs V token-major per page (8-bit MMA operands must be K-major)
 and p quantised to e4m3: measured slower (0.96-1.37x bf16) and outside the FP8 tolerance
-(benchmarks/NOTES-decode.md), so it is not offered. With ``fp8_qk_dot=False`` both products run
-in fp16, so a bf16 query must then lie within fp16 range (|q| < 65504).
+(4.4e-2 and 5.5e-2 against 3e-2: p in e4m3 keeps 3 mantissa bits), so it is not offered. With
+``fp8_qk_dot=False`` both products run in fp16, so a bf16 query must then lie within fp16 range
+(|q| < 65504).
 
 Split-KV merge (``DecodeConfig.merge``). By default a second, tiny kernel; on Hopper it goes out
 as a programmatic dependent launch (``DecodeConfig.pdl``): the split kernel lets it start at once
@@ -50,7 +51,8 @@ L32K 64/8) but 0.93x at 66 (batch 1 x 32K), where one program reads 66 partials 
 the default, ``merge="auto"``, merges inline up to ``INLINE_MERGE_MAX_SPLITS`` splits and in the
 merge kernel beyond when a CUDA graph is being captured, and inline at every split count when
 called eagerly, where the host's second launch costs more than the merge's GPU time
-(benchmarks/NOTES-decode.md has each of these timings).
+(on the H200 the inline merge won at 8 splits and lost at 66; eager, one launch fewer took batch
+1 x 32K from 80.9 to 55.6 us).
 
 Cache layout (chosen here; "HND" in FlashInfer's words)
 ------------------------------------------------------

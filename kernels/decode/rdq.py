@@ -4,7 +4,7 @@ Same contracts as :func:`kernels.decode.int4.paged_decode_int4` (INT4 pools in
 :mod:`kernels.cache.int4`'s layout) and the FP8 path of :mod:`kernels.decode.paged` (e4m3 pools,
 per-KV-head fp32 ``k_scale`` / ``v_scale``). Why not the Hopper ``wgmma`` that the 16-bit Gluon
 kernel (:mod:`kernels.decode.gluon`) uses, as the FP8 and INT4 variants built on it did
-(benchmarks/NOTES-decode.md: 1.0x the Triton FP8 kernel, 1.01x bf16 for INT4): its
+(H200: 1.0x the Triton FP8 kernel, 1.01x bf16 for INT4): its
 MMA has M = 64 rows for at most 8 (usually 4) query heads, so 56-60 rows of every product are
 padding, and they dequantise each tile into an fp16 shared tile that the MMA reads back. At
 B 8 x L 32K both costs are about the whole time budget of an INT4 decode at HBM speed.
@@ -41,7 +41,7 @@ Here one warp is one program (one flash-decoding partition of a (KV head, sequen
   element, its fp16-pair outputs split into halves that LLVM folds away. (A tile carried across
   the loop as bytes becomes one SSA value per byte, and repacking them for the PTX cost ~300
   ``PRMT`` per 32-token tile.) No copy, read-back or barrier in the loop: 5-6 % faster than the
-  ring at the worst INT4 shape (benchmarks/NOTES-decode.md).
+  ring at the worst INT4 shape on the H200.
 * The swapped design stores its output (or partial) with rows relabelled into physical head-dim
   order and one layout change, so each lane writes 16-byte vectors: scattered 4-byte stores of
   2,112 partials cost ~4 us at batch 8 x 32K.

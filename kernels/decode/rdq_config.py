@@ -68,8 +68,7 @@ class RdqConfig:
 
 # Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py): one entry per design worth
 # timing again when the kernel or Triton changes. What each compiles to for sm_90 (registers,
-# programs per SM) and how fast it ran are tabulated in benchmarks/NOTES-decode.md ("The rdq
-# candidates"). In short, x the bf16 kernel at the worst large shape (INT4 / FP8): the rows design
+# programs per SM) and how fast it ran are summarised in docs/kernels/DECODE.md. In short, x the bf16 kernel at the worst large shape (INT4 / FP8): the rows design
 # (the first five) at best 1.64 / 1.60; the swapped design through the copy ring 2.28 / 1.77 (FP8 at
 # 4 programs per SM, one wave); INT4 with its scale words in the ring 2.44; INT4 with each next
 # tile's words prefetched into registers at a 128-register cap (16 programs per SM) 2.8, the

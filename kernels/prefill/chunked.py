@@ -263,7 +263,7 @@ class VarlenConfig:
 
 
 def default_varlen_config(head_dim: int) -> VarlenConfig:
-    """The launch table, measured on an H200 (benchmarks/NOTES-prefill.md).
+    """The launch table, measured on an H200 (eager medians of the mixed batches).
 
     d <= 128: 128-row tiles, 32-key steps, 4 warps, 3 stages; decode tiles step 128 keys (8 %
     faster than 64 on the busy batch, 1.76 against 1.92 ms; 32 was 25 % slower). With

@@ -33,9 +33,8 @@ Loads: plain pointer loads (any strides with a contiguous head dim), or, for con
 of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
 flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
 masked to -inf and their V rows zeroed, so NaN there cannot leak. Launch configurations come
-from a per-(head dim, causal) table measured on an H200 (``scripts/tuning/h200_chunked_check.py``,
-``benchmarks/NOTES-prefill.md``): about 500-530 TFLOP/s at D = 128, N >= 4K, non-causal, and
-450-490 causal; 560 / 470 at D = 256.
+from a per-(head dim, causal) table measured on an H200 (``scripts/tuning/h200_chunked_check.py``):
+about 500-530 TFLOP/s at D = 128, N >= 4K, non-causal, and 450-490 causal; 560 / 470 at D = 256.
 
 Sources
 -------
@@ -298,7 +297,7 @@ class FlashConfig:
             raise ValueError(f"maxnreg must be in 24..255 (or None), got {self.maxnreg}")
 
 
-# Per-shape table, tuned on an H200 (benchmarks/NOTES-prefill.md, kernels/tune_flash.py).
+# Per-shape table, tuned on an H200 (scripts/tuning/tune_flash.py, scripts/tuning/h200_chunked_check.py).
 # Key: (head_dim, causal). BLOCK_M = 128 with 8 warps = two warpgroups of m64 wgmma; TMA
 # descriptor loads keep registers under the 255 cap (198 vs 255 for pointer loads).
 _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
@@ -310,7 +309,7 @@ _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
     # fit the 64K-register file): 503-520 TFLOP/s at B1/B4 N4K over three runs, against 462-502
     # for the 128 x 128 TMA entry before. Causal: 64-row programs of one warpgroup (4 warps,
     # 3 stages, 112 KiB of shared memory): B1 N4K 448-455 against 406-409, B4 N4K 473-503 against
-    # 432-450 (benchmarks/NOTES-prefill.md, tuning calls 4-6).
+    # 432-450 TFLOP/s.
     (128, False): FlashConfig(block_m=128, block_n=64, num_warps=8, num_stages=2, maxnreg=128),
     (128, True): FlashConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, use_tma=True),
     # D = 256: a 128 x 256 fp32 accumulator is 128 registers per thread at 8 warps, and one
@@ -339,7 +338,8 @@ def pick_config(*, head_dim: int, causal: bool, n_ctx: int) -> FlashConfig:
 
 
 BACKENDS = ("auto", "triton", "gluon")
-# From this many tokens the Gluon kernel is the default on Hopper (benchmarks/NOTES-prefill.md).
+# From this many tokens the Gluon kernel is the default on Hopper: on the H200 it was 1.02-1.31x
+# the triton.language kernel at every N >= 1K shape timed, and tied it (0.99-1.01x) at N = 512 causal.
 GLUON_MIN_TOKENS = 1024
 
 

@@ -133,7 +133,7 @@ class GluonConfig:
 
 
 # Candidates timed by scripts/tuning/h200_gluon_check.py; the first one is the default.
-# H200, D = 128, bf16, two runs (benchmarks/NOTES-prefill.md, "Gluon forward"): 128x128 3st ws
+# H200, D = 128, bf16, two runs: 128x128 3st ws
 # ran at 0.96-1.03x cuDNN non-causal and 0.92-1.07x causal over the target shapes; 128x128 2st
 # ws 0.85-0.96x; 128x64 4st ws 0.86-0.94x; the non-specialised program 0.67-0.80x (the CTA-wide
 # barriers Gluon places around each TMA issue keep its two warpgroups in lock step).

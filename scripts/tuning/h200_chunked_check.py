@@ -42,7 +42,7 @@ VARLEN_CANDIDATES = {
     "m128_n32_w4_s4_sn128": VarlenConfig(block_m=128, block_n=32, small_block_n=128, num_warps=4, num_stages=4),
     "m128_n64_w8_s3_sn64": VarlenConfig(block_m=128, block_n=64, small_block_n=64, num_warps=8, num_stages=3),
 }
-# Tried (benchmarks/NOTES-prefill.md): call 4 m128_n64_w8_s3 / _s2, m128_n32_w4_s3, m64_n64_w4_s3; call 5
+# Tried (docs/kernels/PREFILL.md, "Tried and lost"): call 4 m128_n64_w8_s3 / _s2, m128_n32_w4_s3, m64_n64_w4_s3; call 5
 # small_block_n 32 / 64 / 128, m64_n32_w4_s3, m128_n64_w4_s2, m128_n32_w4_s2; call 6 stages 2 / 4,
 # small_block_n 256, a conditional (lazy) rescale of the accumulator (slower; removed).
 FLASH_CANDIDATES = {

@@ -1,7 +1,6 @@
 """Resident programs per SM against Nsight Compute's "Block Limit" figures on the H200.
 
-The three kernels were profiled on the H200 (``ncu --section Occupancy``, benchmarks/NOTES-decode.md
-round 10): bf16 decode 106 registers / 39.17 KiB dynamic shared memory / 4 warps -> block limit
+The three kernels were profiled on the H200 (``ncu --section Occupancy``, batch 32 x 16K): bf16 decode 106 registers / 39.17 KiB dynamic shared memory / 4 warps -> block limit
 registers 4, shared memory 4 (on a 168 KiB carveout); FP8 168 / 40.96 KiB -> 3 and 3 (135 KiB
 carveout); INT4 240 / 29.18 KiB -> 2 and 4. The calculation here uses the full 228 KiB, so its
 shared-memory limit can be higher than ncu's carveout figure; the resident count is the minimum.

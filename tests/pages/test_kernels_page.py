@@ -335,7 +335,7 @@ def test_sidebar_shape_is_followed_after_the_first_render():
     at.query_params["batch"] = "32"
     at.query_params["len"] = "16384"
     at.run()
-    # Shipped run, B=32 L=16K 32/8 d=128: 0.50160 ms by CUDA-graph replay (NOTES-decode.md, run 12).
+    # Shipped run (h200-2026-12-01.json), B=32 L=16K 32/8 d=128: 0.50160 ms by CUDA-graph replay.
     assert _metric(at, "Kernel median time") == "501.6 µs"
     at.selectbox(key="kernels.batch").set_value(8).run()
     assert not at.exception
@@ -356,7 +356,7 @@ def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
     at = _shipped_app()
     assert not at.exception
     # Shipped run, B=8 L=32K 32/8 d=128: 0.261056 ms replayed; 1,073,741,824 B / 261.056 µs = 4.113 TB/s,
-    # 96 % of the run's 4.2746 TB/s copy (NOTES-decode.md run 12: "B=8 L=32K 32/8 | 0.2611").
+    # 96 % of the run's 4.2746 TB/s copy (h200-2026-12-01.json).
     assert _metric(at, "Kernel median time") == "261.1 µs"
     assert _metric(at, "Achieved TB/s") == "4.11"
     assert _metric(at, "Share of measured ceiling") == "96 %"
@@ -378,7 +378,7 @@ def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
 def test_targets_are_shown_with_what_limits_the_unmet_ones():
     at = _shipped_app()
     targets = at.dataframe[2].value.set_index("Target")
-    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.813"  # NOTES-decode.md run 12: 1.81, met
+    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.813"  # h200-2026-12-01.json: 1.813, met
     assert targets.loc["decode_fp8_vs_bf16", "Required"] == "≥ 1.7"
     assert targets.loc["decode_fp8_vs_bf16", "Met"] == "yes"
     assert targets.loc["decode_eager_overhead_us", "Required"] == "≤ 40"
@@ -429,7 +429,7 @@ def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
     fig = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Which page size"))
     lines = {t["name"]: t for t in fig["data"] if t["name"].startswith("kernel TB/s")}
     assert set(lines) == {"kernel TB/s, batch 8 × 32,768", "kernel TB/s, batch 128 × 4,096"}
-    # NOTES-decode.md run 12: B=8 L=32K 4.05 / 4.08 / 4.12 / 4.15 / 4.14 / 4.16 / 4.15 TB/s at blocks 1 ... 256.
+    # h200-2026-12-01.json page_sizes: B=8 L=32K 4.05 / 4.08 / 4.12 / 4.15 / 4.14 / 4.16 / 4.15 TB/s at blocks 1 ... 256.
     assert fig["data"][0]["x"] == ["1", "8", "16", "32", "64", "128", "256"]
     assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.05, 4.08, 4.12, 4.15, 4.14,
                                                                                   4.16, 4.15]

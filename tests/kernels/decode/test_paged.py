@@ -324,7 +324,7 @@ def test_default_num_splits_fills_the_gpu():
 
 def test_single_wave_splits_are_the_fastest_counts_timed_for_the_rdq_kernels():
     """The most splits within one wave of ``per_sm`` programs on 132 SMs. Each count here is the
-    fastest the H200 measured for that shape (64/8 heads, NOTES-decode.md round 18): INT4 at its
+    fastest the H200 measured for that shape (64/8 heads, a sweep of split counts): INT4 at its
     16 resident programs per SM, FP8 at 4."""
     def int4(batch, context):
         return single_wave_splits(batch, 8, context, 16, 132, 16)
