@@ -48,6 +48,7 @@ from sizing.engine.pipeline import pipeline_stage
 from sizing.errors import NoKVRoom, SizingError
 from sizing.models import check_int
 from sizing.presets import get_preset
+from sizing.plan import tp_sizes
 from sizing.report import SizingReport
 from sizing.weights import engine_weight_bytes
 
@@ -261,18 +262,10 @@ def _option(base: _Base, tp: int, pp: int) -> AnswerOption:
 
 
 def _tp_sizes(base: _Base, limit: int) -> tuple[int, ...]:
-    sizes, tp = [], 1
+    """The TP sizes vLLM accepts: the KV heads' (:func:`sizing.plan.tp_sizes`) that also divide
+    the query heads."""
     model = base.report.model
-    while tp <= limit:
-        try:
-            model.check_tp(tp)
-        except SizingError:
-            pass
-        else:
-            if model.q_heads % tp == 0:
-                sizes.append(tp)
-        tp *= 2
-    return tuple(sizes)
+    return tuple(tp for tp in tp_sizes(model, limit) if model.q_heads % tp == 0)
 
 
 def _options(base: _Base) -> list[AnswerOption]:
@@ -293,11 +286,8 @@ def _asked_tp_note(base: _Base, options: list[AnswerOption], best: AnswerOption)
     if asked == best.tp and best.pp == 1:
         return ""
     option = next((o for o in options if o.tp == asked and o.pp == 1), None)
-    if option is None:
-        try:
-            option = _option(base, asked, 1)
-        except SizingError as exc:
-            return f"TP {asked}, as asked: {exc.message}"
+    if option is None:  # an asked TP wider than one node; _option reports a refusal as its reason
+        option = _option(base, asked, 1)
     if option.replicas is None:
         return f"TP {asked}, as asked, cannot serve one request ({option.reason}); the answer uses TP {best.tp}"
     return (f"TP {asked}, as asked: {option.requests_per_replica:,} requests per replica, "
@@ -325,7 +315,7 @@ def _commands(base: _Base, best: AnswerOption, engine: EngineReport, launch: Lau
     return vllm_command(plan), sglang_command(plan, engine.sglang_mem_fraction_static)
 
 
-def _formula_answer(report: SizingReport, settings: EngineSettings, why: str) -> Answer:
+def _formula_answer(report: SizingReport, why: str) -> Answer:
     plan = report.plan
     best = plan.best
     options = tuple(AnswerOption(tp=o.tp, pp=1, requests_per_replica=o.users_per_replica, replicas=o.replicas,
@@ -352,7 +342,7 @@ def answer_for(report: SizingReport, settings: EngineSettings | None = None) -> 
     settings.check()
     kv = report.kv_precision.name
     if kv not in ENGINE_KV_DTYPES:
-        return _formula_answer(report, settings, f"vLLM and SGLang cache KV as {', '.join(ENGINE_KV_DTYPES)}, "
+        return _formula_answer(report, f"vLLM and SGLang cache KV as {', '.join(ENGINE_KV_DTYPES)}, "
                                                  f"not {kv}")
     preset_id = report.handoff.preset_id
     preset = get_preset(preset_id) if preset_id else None

@@ -42,9 +42,9 @@ VARLEN_CANDIDATES = {
     "m128_n32_w4_s4_sn128": VarlenConfig(block_m=128, block_n=32, small_block_n=128, num_warps=4, num_stages=4),
     "m128_n64_w8_s3_sn64": VarlenConfig(block_m=128, block_n=64, small_block_n=64, num_warps=8, num_stages=3),
 }
-# Tried (docs/kernels/PREFILL.md, "Tried and lost"): call 4 m128_n64_w8_s3 / _s2, m128_n32_w4_s3, m64_n64_w4_s3; call 5
-# small_block_n 32 / 64 / 128, m64_n32_w4_s3, m128_n64_w4_s2, m128_n32_w4_s2; call 6 stages 2 / 4,
-# small_block_n 256, a conditional (lazy) rescale of the accumulator (slower; removed).
+# Slower, and left out (docs/kernels/PREFILL.md, "Tried and lost"): m128_n64_w8_s3 / _s2, m128_n32_w4_s3,
+# m64_n64_w4_s3, small_block_n 32 / 64 / 128 / 256, m64_n32_w4_s3, m128_n64_w4_s2, m128_n32_w4_s2,
+# stages 2 / 4, and a conditional (lazy) rescale of the accumulator.
 FLASH_CANDIDATES = {
     128: {
         "table": None,  # non-causal ptr 128x64 w8 s2 maxnreg 128; causal tma 64x64 w4 s3
@@ -54,10 +54,10 @@ FLASH_CANDIDATES = {
     },
     256: {"table": None},  # tma 128x64 w8 s2
 }
-# Tried: call 4 tma_128x64_w8_s2_r128, tma_128x128_w8_s2_r128 (spills: 48 TFLOP/s); d = 256
-# tma_128x32_w8_s3, ptr_128x64_w8_s2, tma_64x64_w4_s2 (all slower than tma 128x64 w8 s2). Call 5
-# tma_64x64_w4_s2, tma_64x32_w4_s3_r168, ptr_64x64_w4_s3. Call 6: the lazy rescale on four
-# configurations (1-35 % slower: the block-wide max and the branch cost more than the rescale).
+# Slower, and left out: tma_128x64_w8_s2_r128, tma_128x128_w8_s2_r128 (spills: 48 TFLOP/s); at d = 256
+# tma_128x32_w8_s3, ptr_128x64_w8_s2, tma_64x64_w4_s2, tma_64x32_w4_s3_r168, ptr_64x64_w4_s3 (all slower
+# than tma 128x64 w8 s2); the lazy rescale on four configurations (1-35 % slower: the block-wide max
+# and the branch cost more than the rescale).
 # (batch, N, causal): the target's worst shapes at d = 128 (Hq/Hkv 32/8); d = 256 at 16/8 heads.
 FLASH_SHAPES = {128: [(1, 4096, False), (4, 4096, False), (1, 4096, True), (2, 8192, True), (4, 4096, True)],
                 256: [(2, 4096, False), (2, 4096, True)]}

@@ -47,12 +47,12 @@ CANDIDATES: dict[str, FlashConfig] = {
         block_m=128, block_n=128, num_warps=8, num_stages=3, use_tma=True, warp_specialize=True
     ),
 }
-# Tried in call 1 (docs/kernels/PREFILL.md, "Tried and lost"): ptr_128x128_w8_s2/s3, tma_128x64_w4_s3,
+# Slower, and left out (docs/kernels/PREFILL.md, "Tried and lost"): ptr_128x128_w8_s2/s3, tma_128x64_w4_s3,
 # tma_128x64_w8_s3, tma_128x128_w8_s4 (out of shared memory), tma_256x64_w8_s3,
-# tma_ws_128x128_w8_s3 (warp_specialize: no change on triton 3.6 / Hopper). Call 2: ptr_128x64_w8_s4,
+# tma_ws_128x128_w8_s3 (warp_specialize: no change on triton 3.6 / Hopper), ptr_128x64_w8_s4,
 # next-Q·Kᵀ-before-softmax software pipelining (4 variants, all slower), packed bf16x2/f16x2 exp2
-# (ptxas splits each into two MUFU ops: no gain, lse error 3.5e-3). Call 3: half the exp2 by an
-# FMA-pipe polynomial (FlashAttention-4's trick): 1-9 % slower. All three removed from the kernel.
+# (ptxas splits each into two MUFU ops: no gain, lse error 3.5e-3), half the exp2 by an FMA-pipe
+# polynomial (FlashAttention-4's trick): 1-9 % slower. None of them is in the kernel.
 
 SDPA_BACKENDS = ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION")
 

@@ -418,7 +418,7 @@ def test_a_miss_is_never_shown_rounded_up_to_its_requirement():
     def target(measured, required, met, at_most=False):
         return Target(name="t", measured=measured, required=required, met=met, at_most=at_most)
 
-    # Run 11's INT4 ratio: 2.79958 against >= 2.8 would read "2.800", met; it takes four decimals.
+    # A measured INT4 ratio of 2.79958 against >= 2.8 would read "2.800", met; it takes four decimals.
     assert measured_text(target(2.7995823954757295, 2.8, False)) == "2.7996"
     assert measured_text(target(2.8000004, 2.8, True)) == "2.800"  # met and reads met: three
     assert measured_text(target(0.9687, 1.0, False)) == "0.969"
