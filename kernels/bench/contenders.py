@@ -3,7 +3,9 @@
 Decode (one query token per sequence, paged KV, d = 128): this package's kernel on the shape's
 dtype and on an FP8 (e4m3, per-head scales) copy of the cache; gather the pages then SDPA; SDPA
 with each backend (FLASH, CUDNN, EFFICIENT via ``sdpa_kernel``) on the same KV stored
-contiguously; naive attention. Rate: TB/s of KV read (``decode_kv_bytes`` at the contender's
+contiguously; cuDNN's paged SDPA graph and FlashInfer's paged decode (bf16 and FP8, tensor-core
+and CUDA-core paths) on the same pool, where they import (:mod:`kernels.bench.peers`); naive
+attention. Rate: TB/s of KV read (``decode_kv_bytes`` at the contender's
 bytes per value; gather-then-SDPA is credited with the bf16 KV bytes only).
 
 Prefill: the tiled forward kernel against the SDPA backends and naive attention. Rate: TFLOP/s
@@ -25,6 +27,7 @@ ensure_triton_backend()  # before the kernel modules: the interpreter is chosen 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from kernels.bench import peers  # noqa: E402
 from kernels.bench.records import DecodeShape, PrefillShape  # noqa: E402
 from kernels.bench.timing import Rotation, sdpa_context  # noqa: E402
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
@@ -122,6 +125,7 @@ class DecodeContender:
     prepares: str = ""  # what prepare builds, for the failure note
     graph: bool = True  # timed on CUDA-graph replays when the sweep asks for them
     int4: bool = False  # its bytes are the INT4 layout's (codes + scales), not bytes per value
+    needs: str = ""  # the optional package it runs on (kernels.bench.peers); absent: "not_available"
 
     def work(self, shape: DecodeShape) -> int:
         if self.int4:
@@ -231,6 +235,14 @@ DECODE: dict[str, DecodeContender] = {c.name: c for c in (
     *(DecodeContender(name=name, layout=_CONTIGUOUS, kv_bytes_per_value=2, build=_sdpa_on_contiguous(backend),
                       prepare=_contiguous, prepares="the contiguous KV")
       for name, backend in SDPA_BACKENDS.items()),
+    # The CUDA libraries' paged kernels on the same pool and tables, where they import.
+    DecodeContender(name="cudnn_paged", layout="paged", kv_bytes_per_value=2, build=peers.build_cudnn,
+                    prepare=peers.prepare_cudnn, prepares="cuDNN's paged SDPA graph", needs=peers.CUDNN_PACKAGE),
+    *(DecodeContender(name=f"flashinfer_{path}{'_fp8' if fp8 else ''}", layout="paged, e4m3" if fp8 else "paged",
+                      kv_bytes_per_value=1 if fp8 else 2, build=peers.build_flashinfer,
+                      prepare=peers.prepare_flashinfer(path == "tc", fp8), prepares="FlashInfer's decode plans",
+                      needs=peers.FLASHINFER_PACKAGE)
+      for fp8 in (False, True) for path in ("tc", "cuda")),
     # Milliseconds per call: launch overhead is noise, so timed on plain calls.
     DecodeContender(name="naive", layout=_CONTIGUOUS, kv_bytes_per_value=2, build=_naive_on_contiguous,
                     prepare=_contiguous, prepares="the contiguous KV", graph=False),

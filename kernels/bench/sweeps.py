@@ -23,9 +23,10 @@ import torch  # noqa: E402
 from kernels.bench.contenders import (  # noqa: E402
     DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs,
 )
+from kernels.bench import peers  # noqa: E402
 from kernels.bench.mixed import bench_mixed_shape, mixed_batches  # noqa: E402
 from kernels.bench.records import (  # noqa: E402
-    SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement, MemoryPoint,
+    FP8_PAGED_PEERS, PAGED_PEERS, SCHEMA, SCHEMA_VERSION, BenchReport, Ceilings, DecodeResult, DecodeShape, Measurement, MemoryPoint,
     MixedResult, PrefillResult, PrefillShape, compute_targets, eager_target_shape,
 )
 from kernels.bench.timing import (  # noqa: E402
@@ -77,6 +78,7 @@ class SweepConfig:
     warmup_ms: float = 10.0
     rep_ms: float = 40.0
     cuda_graphs: bool = True  # decode: time CUDA-graph replays (eager figure kept alongside)
+    peers: bool = True  # decode: the CUDA libraries' paged kernels (kernels.bench.peers), where they import
 
     @classmethod
     def quick(cls) -> "SweepConfig":
@@ -160,6 +162,9 @@ def _decode_rotations(shape: DecodeShape) -> tuple[int, int]:
 def _bench_decode_contender(c: DecodeContender, x: DecodeInputs, m_args: dict) -> Measurement:
     """Prepare (if needed), build and time one contender; a failed preparation is its record."""
     work = c.work(x.shape)
+    if c.needs and not peers.available(c.needs):
+        return Measurement(contender=c.name, status="not_available", unit="TB/s", work=work,
+                           note=f"needs {c.needs} (scripts/peer_wheels.sh fetches it for the GPU machine)")
     prepared = None
     if c.prepare is not None:
         try:
@@ -179,7 +184,8 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     wanted = set(contenders) if contenders is not None else {
         "triton_paged", "gather_sdpa", *SDPA_BACKENDS, *(("triton_paged_fp8",) if config.decode_fp8 else ()),
         *(("triton_paged_int4",) if config.decode_int4 else ()),
-        *(("naive",) if config.naive else ())}
+        *(("naive",) if config.naive else ()), *(PAGED_PEERS if config.peers else ()),
+        *(FP8_PAGED_PEERS if config.peers and config.decode_fp8 else ())}
     kv_bytes, n_rot = _decode_rotations(shape)
     m_args = dict(measured_ceiling=ceilings.copy_tbps, datasheet_ceiling=ceilings.datasheet_tbps,
                   warmup_ms=config.warmup_ms, rep_ms=config.rep_ms, unit="TB/s",

@@ -17,6 +17,11 @@ TARGET_LIMITS: dict[str, str] = {
     "decode_large_tbps":
         "Decode streams the KV cache once, so its rate is capped by HBM bandwidth; below the target the "
         "grid does not fill the SMs or the block loads are too short to keep enough bytes in flight.",
+    "decode_vs_best_paged_peer":
+        "Every paged kernel reads the same pages through the same table, so the ratio says whose "
+        "attention comes nearer to that read; below the target a library's split count or tile fits "
+        "the shape better (fewer partials to merge at small batches, longer runs per page at large "
+        "ones), or the peer was not installed where the run went (its rows say not available).",
     "decode_large_vs_cudnn":
         "cuDNN reads each head's KV as one contiguous run; this kernel gathers 4 KiB pages through the "
         "block table. On the H200 a kernel that only reads the same pages (every K and V word once, no "

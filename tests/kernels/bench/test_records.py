@@ -119,7 +119,7 @@ def test_targets_take_the_worst_large_shape():
     assert [x.name for x in compute_targets(tuple(decode), ())] == [s.name for s in TARGET_SPECS]
     assert t["decode_large_tbps"].measured == pytest.approx(4.294967296)
     assert t["decode_large_tbps"].met
-    assert t["decode_large_vs_cudnn"].measured == pytest.approx(0.96)  # below the 1.0 required
+    assert t["decode_large_vs_cudnn"].measured == pytest.approx(0.96)  # below the 0.98 required
     assert not t["decode_large_vs_cudnn"].met and "B=8 L=32768" in t["decode_large_vs_cudnn"].detail
     assert t["decode_int4_vs_bf16"].measured == pytest.approx(2.5) and not t["decode_int4_vs_bf16"].met
     # _m records eager at twice the graph time: batch 1 x 32K eager 0.096 - graph 0.048 ms = 48 us > 40
@@ -152,7 +152,40 @@ def test_prefill_targets_worst_n_at_least_4k():
     assert t["prefill_vs_flash_causal"].measured == pytest.approx(1.25) and t["prefill_vs_flash_causal"].met
     assert t["prefill_vs_cudnn_causal"].measured == pytest.approx(0.7) and not t["prefill_vs_cudnn_causal"].met
     assert t["prefill_vs_flash_noncausal"].measured == pytest.approx(1.5)
-    assert t["prefill_vs_cudnn_noncausal"].measured == pytest.approx(0.85) and t["prefill_vs_cudnn_noncausal"].met
+    assert t["prefill_vs_cudnn_noncausal"].measured == pytest.approx(0.85)
+    assert not t["prefill_vs_cudnn_noncausal"].met  # 0.95 required
+
+
+def _with_peers(result: DecodeResult, **peer_ms: float | None) -> DecodeResult:
+    extra = tuple(_m(name, ms, work=result.kv_bytes) if ms else _m(name, 0, status="not_available")
+                  for name, ms in peer_ms.items())
+    return dataclasses.replace(result, measurements=result.measurements + extra)
+
+
+def test_best_paged_peer_target_takes_the_fastest_peer_at_each_shape_and_the_worst_shape():
+    decode = [
+        # peers 0.26 (cuDNN) and 0.255 (FlashInfer TC): the faster is 0.255 -> 0.255 / 0.25 = 1.02
+        _with_peers(_decode(8, 32768, triton_ms=0.25, cudnn_ms=0.24, gather_ms=1.0, fp8_ms=0.125),
+                    cudnn_paged=0.26, flashinfer_tc=0.255, flashinfer_cuda=0.5),
+        # a small shape counts too (every decode shape): FlashInfer TC 0.0485 / ours 0.05 = 0.97
+        _with_peers(_decode(1, 4096, triton_ms=0.05, cudnn_ms=0.05, gather_ms=0.3, fp8_ms=0.04),
+                    cudnn_paged=None, flashinfer_tc=0.0485, flashinfer_cuda=0.09),
+        # no peer ran here: the shape has no figure and is left out
+        _decode(32, 16384, triton_ms=0.5, cudnn_ms=0.55, gather_ms=1.2, fp8_ms=0.3),
+    ]
+    t = {x.name: x for x in compute_targets(tuple(decode), ())}["decode_vs_best_paged_peer"]
+    assert t.measured == pytest.approx(0.97) and not t.met and "B=1 L=4096" in t.detail
+    met = {x.name: x for x in compute_targets(tuple(decode[:1]), ())}["decode_vs_best_paged_peer"]
+    assert met.measured == pytest.approx(1.02) and met.met
+    none = {x.name: x for x in compute_targets(tuple(decode[2:]), ())}["decode_vs_best_paged_peer"]
+    assert none.measured is None and not none.met and "peer_wheels.sh" in none.detail
+
+
+def test_the_contiguous_cudnn_and_prefill_targets_ask_what_the_kernels_can_reach():
+    required = {s.name: s.required for s in TARGET_SPECS}
+    assert required["decode_large_vs_cudnn"] == 0.98 and required["decode_b1_32k_vs_cudnn"] == 0.97
+    assert required["prefill_vs_cudnn_causal"] == required["prefill_vs_cudnn_noncausal"] == 0.95
+    assert required["decode_vs_best_paged_peer"] == 1.0
 
 
 # ---------------------------------------------------------------------------------------------
