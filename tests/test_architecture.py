@@ -194,3 +194,45 @@ def test_the_kernel_state_notes_exist_and_stay_short(name):
     assert path.is_file(), f"{path.relative_to(ROOT)} is missing"
     lines = len(path.read_text().splitlines())
     assert lines <= 220, f"{path.relative_to(ROOT)} has {lines} lines (at most 220)"
+
+
+# One public entry per job: outside kernels/decode/, code reaches a decode kernel only through
+# kernels.decode.api (the kernels' own launchers are for the entry and the kernels' tests).
+_DECODE_LAUNCHERS = ("triton_decode", "triton_int4_decode", "rdq_decode")
+_APP_AND_LIBRARY_DIRS = ("kernels", "ui", "pages", "planner", "sizing", "simulation", "scripts", "benchmarks")
+
+
+def test_decode_has_one_public_entry():
+    import kernels.decode.api as api
+
+    assert api.__all__ == ["paged_decode_attention", "decode_num_splits"]
+    offenders = []
+    for folder in _APP_AND_LIBRARY_DIRS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.parent == ROOT / "kernels" / "decode":
+                continue
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kernels.decode"):
+                    offenders += [f"{path.relative_to(ROOT)}: {a.name}" for a in node.names if a.name in _DECODE_LAUNCHERS]
+    assert not offenders, offenders
+
+
+def test_capability_checks_have_one_home():
+    """Which GPU and Triton features are present is asked in kernels/runtime.py only (the GPU's
+    capability, whether Gluon imports); kernel modules read its answers."""
+    gluon_probe = re.compile(r"try:[^\n]*\n(?:[ \t]+[^\n]*\n){0,4}?[ \t]+(?:from|import) triton\.experimental")
+    offenders = [str(p.relative_to(ROOT)) for p in KERNEL_FILES
+                 if p.name != "runtime.py" and ("get_device_capability" in p.read_text()
+                                                or gluon_probe.search(p.read_text()))]
+    assert not offenders, offenders
+
+
+def test_tuning_keeps_at_most_three_diagnostic_scripts_on_public_apis():
+    scripts = sorted(p for p in (ROOT / "scripts" / "tuning").glob("*.py") if p.name != "__init__.py")
+    assert len(scripts) <= 3, [p.name for p in scripts]
+    for path in scripts:
+        tree = ast.parse(path.read_text(), filename=str(path))
+        private = [a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                   and (node.module or "").startswith("kernels") for a in node.names if a.name.startswith("_")]
+        assert not private, f"{path.relative_to(ROOT)} imports private names {private}"

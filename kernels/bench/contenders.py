@@ -33,8 +33,7 @@ from kernels.bench.timing import Rotation, sdpa_context  # noqa: E402
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
 from kernels.cache.int4 import dequantize_int4, quantize_pool_int4  # noqa: E402
 from kernels.cache.paged import quantize_kv_fp8  # noqa: E402
-from kernels.decode.paged import paged_decode_attention  # noqa: E402
-from kernels.decode.int4 import paged_decode_int4  # noqa: E402
+from kernels.decode.api import paged_decode_attention  # noqa: E402
 from kernels.reference.paged import gather_kv_padded, paged_attention_reference  # noqa: E402
 from kernels.reference.dense import naive_attention_native  # noqa: E402
 from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes  # noqa: E402
@@ -170,10 +169,10 @@ def _triton_paged_int4(x: DecodeInputs, pools: tuple) -> Timed:
     ref4 = x.reference(dequantize_int4(k4), dequantize_int4(v4))
 
     def check() -> tuple[float, str]:
-        err, _ = x.err_of(paged_decode_int4(q[0], k4, v4, tables[0], lens), ref4)
+        err, _ = x.err_of(paged_decode_attention(q[0], k4, v4, tables[0], lens), ref4)
         return err, "vs fp32 reference on the dequantised INT4 cache"
 
-    return Timed(run=lambda: paged_decode_int4(q[(i := rot.next())], k4, v4, tables[i], lens, validate=False),
+    return Timed(run=lambda: paged_decode_attention(q[(i := rot.next())], k4, v4, tables[i], lens, validate=False),
                  check=check)
 
 

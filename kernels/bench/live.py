@@ -36,7 +36,7 @@ from kernels.bench.records import (  # noqa: E402
 from kernels.prefill.chunked import chunked_prefill_attention, plan_batch  # noqa: E402
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
 from kernels.cache.paged import build_paged_cache, quantize_fp8  # noqa: E402
-from kernels.decode.paged import paged_decode_attention  # noqa: E402
+from kernels.decode.api import paged_decode_attention  # noqa: E402
 from kernels.reference.paged import paged_attention_reference  # noqa: E402
 from kernels.reference.dense import naive_attention  # noqa: E402
 from kernels.tolerances import tolerance  # noqa: E402

@@ -33,7 +33,7 @@ from kernels.bench.timing import (  # noqa: E402
     Rotation, eager_ms, environment, free_cuda_memory, is_oom, measure, measure_ceilings, rotations,
 )
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
-from kernels.decode.paged import decode_num_splits  # noqa: E402
+from kernels.decode.api import decode_num_splits  # noqa: E402
 from kernels.reference.dense import naive_attention, naive_attention_native  # noqa: E402
 from kernels.theory import decode_kv_bytes, prefill_flops  # noqa: E402
 from units import cdiv  # noqa: E402

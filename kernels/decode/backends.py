@@ -1,5 +1,5 @@
-"""Which decode kernel a wrapper call runs: the one home of the dispatch rules and the defaults
-they were measured with.
+"""Which decode kernel a :func:`kernels.decode.api.paged_decode_attention` call runs: the one
+home of the dispatch rules and the defaults they were measured with.
 
 Two kernels serve quantised KV (H200 CUDA-graph medians, tokens/s over the Triton bf16 kernel
 at the worst shape with batch x context >= 256K):
@@ -10,6 +10,9 @@ at the worst shape with batch x context >= 256K):
   the MMA's N: INT4 2.46-2.83x, FP8 1.77-1.96x) on Hopper, at every timed shape the faster. (A
   Gluon ``wgmma`` INT4 kernel, 1.01x, was measured and removed.)
 
+A 16-bit cache always runs the Triton kernel (a Gluon ``wgmma`` kernel for it ran at 0.99-1.02x
+and was removed).
+
 ``backend="auto"`` takes the rdq kernel where it runs and was timed (head dim 128; 64 is checked
 for correctness on the GPU but untimed), the Triton kernel elsewhere. Other backend names force
 a kernel; the forced kernel refuses inputs it cannot take with a ``ValueError``.
@@ -18,34 +21,39 @@ a kernel; the forced kernel refuses inputs it cannot take with a ``ValueError``.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Callable
 
 import torch
 
 from kernels.decode.config import FP8_DTYPE
 from kernels.decode.checks import on_16_byte_grid
 from kernels.cache.int4 import Int4Pool
-from kernels.decode.gluon import gluon_decode_available
+from kernels.runtime import hopper_gluon_available
 from kernels.decode.rdq_config import MAX_RDQ_GROUP, RdqConfig
 
-__all__ = ["FP8_BACKENDS", "INT4_BACKENDS", "RDQ_TIMED_HEAD_DIMS", "choose_backend", "rdq_preferred",
-           "default_rdq_config"]
+__all__ = ["BACKENDS", "RDQ_TIMED_HEAD_DIMS", "choose_kernel", "rdq_preferred", "default_rdq_config"]
 
-FP8_BACKENDS = ("auto", "triton", "rdq")  # paged_decode_attention (rdq only for FP8 caches)
-INT4_BACKENDS = ("auto", "triton", "rdq")  # paged_decode_int4
+BACKENDS = ("auto", "triton", "rdq")
 RDQ_TIMED_HEAD_DIMS = (128,)
 
 
-def choose_backend(backend: str, triton_options: bool, preferred: Callable[[], bool],
-                   allowed: tuple[str, ...] = FP8_BACKENDS) -> str:
-    """The kernel a call runs: ``backend`` itself unless it is ``"auto"``; then ``"rdq"`` when the
-    call set no option only the Triton kernel has (``triton_options``: a ``DecodeConfig``, a
-    dequantiser) and ``preferred()`` holds, else ``"triton"``."""
-    if backend not in allowed:
-        raise ValueError(f"backend must be one of {allowed}, got {backend!r}")
+def choose_kernel(q: torch.Tensor, k, v, *, backend: str, config: object, dequant: int | None) -> str:
+    """The kernel a :func:`kernels.decode.api.paged_decode_attention` call runs, ``"triton"`` or
+    ``"rdq"``: the forced one for ``backend="triton"`` or ``"rdq"``; for ``"auto"`` the one the
+    call's options belong to (an :class:`RdqConfig`: rdq; a ``DecodeConfig`` or ``dequant=0``:
+    Triton), else rdq where :func:`rdq_preferred` holds. Options of the other kernel than the
+    forced one are refused with a ``ValueError``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    triton_options = (config is not None and not isinstance(config, RdqConfig)) or dequant not in (None, 1)
+    if isinstance(config, RdqConfig) and backend == "triton":
+        raise ValueError("an RdqConfig is the rdq kernel's; backend='triton' takes a DecodeConfig")
+    if triton_options and backend == "rdq":
+        raise ValueError("a DecodeConfig and dequant are the Triton kernels' options; backend='rdq' takes an RdqConfig")
     if backend != "auto":
         return backend
-    return "rdq" if not triton_options and preferred() else "triton"
+    if isinstance(config, RdqConfig):
+        return "rdq"
+    return "rdq" if not triton_options and rdq_preferred(q, k, v) else "triton"
 
 
 def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor | Int4Pool) -> bool:
@@ -64,7 +72,7 @@ def rdq_preferred(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor |
         return False
     if not on_16_byte_grid(*pools):
         return False
-    return gluon_decode_available()
+    return hopper_gluon_available()
 
 
 @lru_cache(maxsize=None)  # on every call's path: one frozen config per format

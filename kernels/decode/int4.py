@@ -35,6 +35,7 @@ from kernels.decode.checks import check_int4_inputs, check_values  # noqa: E402
 from kernels.decode.config import DecodeConfig  # noqa: E402
 from kernels.decode.direct_launch import DirectLauncher  # noqa: E402
 from kernels.decode.launch import (  # noqa: E402
+    SplitKernelArgs,
     SplitPlan,
     capturing,
     check_call_options,
@@ -51,10 +52,8 @@ from kernels.decode.merge import (  # noqa: E402
 )
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode.paged import _split_range, _write_output, split_kernel_constexprs  # noqa: E402
-from kernels.decode.backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
-from kernels.decode.rdq import rdq_paged_decode  # noqa: E402
 
-__all__ = ["paged_decode_int4", "default_int4_config"]
+__all__ = ["triton_int4_decode", "default_int4_config"]
 
 
 @triton.jit
@@ -190,45 +189,22 @@ def default_int4_config(head_dim: int) -> DecodeConfig:
     return DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
-def paged_decode_int4(
+def triton_int4_decode(
     q: torch.Tensor, k: Int4Pool, v: Int4Pool, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
     sm_scale: float | None = None, num_splits: int | None = None, config: DecodeConfig | None = None,
-    dequant: int = 1, validate: bool = True, backend: str = "auto",
+    dequant: int = 1, validate: bool = True,
 ) -> torch.Tensor:
-    """Decode attention over an INT4 paged cache (arguments as ``paged_decode_attention``).
+    """This module's kernel on INT4 pools (arguments as :func:`kernels.decode.api.paged_decode_attention`,
+    which is how callers reach it).
 
-    ``backend="auto"`` runs the register-dequant warp-MMA kernel (:mod:`kernels.decode.rdq`)
-    where it applies and was measured faster (:func:`kernels.decode.backends.rdq_preferred`),
-    this module's Triton kernel otherwise; ``"triton"`` and ``"rdq"`` force one (the rdq kernel
-    refuses where it cannot run).
-
-    Parameters
-    ----------
-    q : Tensor [batch, n_q_heads, head_dim], bf16 or fp16
-    k, v : Int4Pool
-        ``data [num_blocks, n_kv_heads, block_size, head_dim // 2]`` uint8 and ``scales
-        [num_blocks, n_kv_heads, block_size, 2]`` fp16 (:func:`kernels.cache.int4.quantize_pool_int4`).
-    block_tables : Tensor [batch, max_blocks_per_seq] int32; seq_lens : Tensor [batch] int32
-    dequant : int
-        0: integer -> fp16 convert; 1 (default, 1.4-1.5x faster on the H200): the fp16 bit trick
-        (see the module docstring). Triton kernel only.
-    backend : {"auto", "triton", "rdq"}
-        Which kernel runs (see above); ``config`` and ``dequant`` imply the Triton one.
-
-    Returns
-    -------
-    Tensor [batch, n_q_heads, head_dim], dtype of ``q``
+    ``dequant``: 0, integer -> fp16 convert; 1 (the default, 1.4-1.5x faster on the H200), the
+    fp16 bit trick (see the module docstring).
     """
     key = signature(q, k.data, k.scales, v.data, v.scales, block_tables, seq_lens) \
         if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else None
     checked_once(key, lambda: check_int4_inputs(q, k, v, block_tables, seq_lens))
     if dequant not in (0, 1):
         raise ValueError(f"dequant must be 0 or 1, got {dequant!r}")
-    chosen = choose_backend(backend, config is not None or dequant != 1, lambda: rdq_preferred(q, k, v),
-                            INT4_BACKENDS)
-    if chosen == "rdq":
-        return rdq_paged_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
-                                config=default_rdq_config("int4"), validate=validate)
     batch, n_q_heads, head_dim = q.shape
     num_blocks, n_kv_heads, block_size, _ = k.data.shape
     sm_scale = check_call_options(sm_scale, num_splits, head_dim)
@@ -238,18 +214,14 @@ def paged_decode_int4(
     group = n_q_heads // n_kv_heads
     out = torch.empty_like(q)
 
-    def args(plan: SplitPlan, inline: bool) -> tuple:
+    def args(plan: SplitPlan, inline: bool) -> SplitKernelArgs:
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
-        return (q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens,
-                out, part_out, part_lse, inline_counters(inline, plan, out),
-                sm_scale * LOG2_E, plan.num_splits,
-                q.stride(0), q.stride(1),
-                k.data.stride(0), k.data.stride(1), k.data.stride(2),
-                v.data.stride(0), v.data.stride(1), v.data.stride(2),
-                k.scales.stride(0), k.scales.stride(1), k.scales.stride(2),
-                v.scales.stride(0), v.scales.stride(1), v.scales.stride(2),
-                block_tables.stride(0), out.stride(0), out.stride(1),
-                *part_strides)
+        return SplitKernelArgs(
+            inputs=(q, k.data, v.data, k.scales, v.scales, block_tables, seq_lens),
+            out=out, part_out=part_out, part_lse=part_lse, counters=inline_counters(inline, plan, out),
+            qk_scale=sm_scale * LOG2_E, num_splits=plan.num_splits,
+            strides=(q.stride(0), q.stride(1), *k.data.stride()[:3], *v.data.stride()[:3], *k.scales.stride()[:3],
+                     *v.scales.stride()[:3], block_tables.stride(0), out.stride(0), out.stride(1), *part_strides))
 
     def constexprs(plan: SplitPlan, inline: bool) -> dict:
         return _constexprs(group, head_dim, block_size, config, dequant, plan.split, inline, q.device)
@@ -257,15 +229,14 @@ def paged_decode_int4(
     def plan_for(inline: bool) -> SplitPlan:
         return planned_split((key, config, dequant, inline), batch, n_kv_heads, block_tables.shape[1] * block_size,
                              q.device, num_splits, config.block_n, config.waves,
-                             lambda trial: _paged_decode_int4_kernel.warmup(*args(trial, inline), grid=trial.grid,
+                             lambda trial: _paged_decode_int4_kernel.warmup(*args(trial, inline).values(), grid=trial.grid,
                                                                             **constexprs(trial, inline)))[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
     launch_args, launch_constexprs = args(plan, inline), constexprs(plan, inline)
-    _launch_int4_kernel(plan.grid, launch_args, launch_constexprs)
-    part_out, part_lse = launch_args[8], launch_args[9]
+    _launch_int4_kernel(plan.grid, launch_args.values(), launch_constexprs)
     if plan.split and not launch_constexprs["INLINE_MERGE"]:
-        merge_splits(part_out, part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
+        merge_splits(launch_args.part_out, launch_args.part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
 

@@ -21,7 +21,7 @@ from kernels.decode.config import FP8_DTYPE, MAX_SPLITS, default_num_splits, sin
 from kernels.occupancy import resident_programs
 from kernels.runtime import interpreter_active
 
-__all__ = ["SplitPlan", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
+__all__ = ["SplitPlan", "SplitKernelArgs", "signature", "checked_once", "split_plan", "split_buffers", "fp8_scales",
            "check_call_options", "capturing", "interpreted", "resident_per_sm", "planned_split", "DEFAULT_RESIDENT",
            "merge_counters", "MIN_MERGE_COUNTERS"]
 
@@ -72,6 +72,34 @@ class SplitPlan:
     @property
     def split(self) -> bool:
         return self.num_splits > 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SplitKernelArgs:
+    """A split-KV decode kernel's runtime arguments by name; :meth:`values` lays them out in the
+    order of the kernel's parameters for the launcher (every decode kernel here takes its inputs,
+    then the outputs, then the scale and split count, then every stride).
+
+    ``inputs``: query, pools (and their scales), block table, lengths, as the kernel lists them.
+    ``part_out`` ``[batch, n_q_heads, num_splits, head_dim]`` and ``part_lse`` ``[batch,
+    n_q_heads, num_splits]`` are the split partials (``out`` itself for an unsplit call);
+    ``counters`` the inline merge's tickets (``None`` for a kernel without an inline merge);
+    ``qk_scale`` is ``sm_scale * log2(e)``; ``strides`` every stride argument, the partials' last.
+    """
+
+    inputs: tuple
+    out: torch.Tensor
+    part_out: torch.Tensor
+    part_lse: torch.Tensor
+    counters: torch.Tensor | None
+    qk_scale: float
+    num_splits: int
+    strides: tuple[int, ...]
+
+    def values(self) -> tuple:
+        tickets = () if self.counters is None else (self.counters,)
+        return (*self.inputs, self.out, self.part_out, self.part_lse, *tickets, self.qk_scale, self.num_splits,
+                *self.strides)
 
 
 @lru_cache(maxsize=256)

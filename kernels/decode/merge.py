@@ -16,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Callable
 
-from kernels.runtime import ensure_triton_backend
+from kernels.runtime import ensure_triton_backend, pdl_supported
 
 ensure_triton_backend()  # must run before `import triton`: the interpreter is chosen at decoration
 
@@ -124,7 +124,7 @@ def pdl_merge(config, split: bool, device: torch.device) -> bool:
     """Whether a call that merges its splits in the merge kernel (``split``) launches it as a
     programmatic dependent launch: asked for by the config, compiled (not interpreted), on a GPU
     that has it (compute capability 9.0+)."""
-    return config.pdl and split and not interpreted(device) and _has_pdl(device)
+    return config.pdl and split and not interpreted(device) and pdl_supported(device)
 
 
 # Up to this many splits, DecodeConfig(merge="auto") merges inline inside a CUDA graph. On the H200
@@ -140,7 +140,7 @@ def merges_inline(config, num_splits: int, *, in_graph: bool) -> bool:
     """Whether a call cut into ``num_splits`` merges inside the split kernel: ``merge="inline"``
     whenever it splits; ``"auto"`` always when called eagerly, and inside a CUDA graph capture
     (``in_graph``, :func:`kernels.decode.launch.capturing`) up to ``INLINE_MERGE_MAX_SPLITS``.
-    Configs without a ``merge`` field (the Gluon kernels') always use the merge kernel."""
+    Configs without a ``merge`` field (the rdq kernel's) always use the merge kernel."""
     mode = getattr(config, "merge", "kernel")
     auto_inline = not in_graph or num_splits <= INLINE_MERGE_MAX_SPLITS
     return num_splits > 1 and (mode == "inline" or (mode == "auto" and auto_inline))
@@ -194,11 +194,6 @@ def inline_counters(inline: bool, plan: SplitPlan, out: torch.Tensor) -> torch.T
     if not inline:
         return out
     return merge_counters(out.device, plan.grid[0] * plan.grid[1])
-
-
-@lru_cache(maxsize=8)
-def _has_pdl(device: torch.device) -> bool:
-    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def merge_launch(batch: int, n_q_heads: int, num_splits: int, head_dim: int) -> tuple[int, int]:

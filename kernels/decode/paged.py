@@ -88,12 +88,12 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.decode.backends import choose_backend, default_rdq_config, rdq_preferred  # noqa: E402
 from kernels.decode.checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
 from kernels.decode.config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode.direct_launch import DirectLauncher  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode.launch import (  # noqa: E402
+    SplitKernelArgs,
     SplitPlan,
     capturing,
     check_call_options,
@@ -117,7 +117,7 @@ __all__ = [
     "DecodeConfig",
     "default_config",
     "default_num_splits",
-    "paged_decode_attention",
+    "triton_decode",
     "decode_num_splits",
     "SUPPORTED_HEAD_DIMS",
     "KV_DTYPES",
@@ -303,7 +303,7 @@ def _write_output(
 _launch_split_kernel = DirectLauncher(_paged_decode_kernel)  # eager calls are host-bound at batch 1
 
 
-def paged_decode_attention(
+def triton_decode(
     q: torch.Tensor,
     k_cache: torch.Tensor,
     v_cache: torch.Tensor,
@@ -316,65 +316,14 @@ def paged_decode_attention(
     num_splits: int | None = None,
     config: DecodeConfig | None = None,
     validate: bool = True,
-    backend: str = "auto",
 ) -> torch.Tensor:
-    """Decode attention of one query token per sequence over a paged KV cache.
-
-    ``backend="auto"`` runs an FP8 cache through the register-dequant warp-MMA kernel
-    (:mod:`kernels.decode.rdq`) where it applies and was measured faster
-    (:func:`kernels.decode.backends.rdq_preferred`), and everything else through this module's
-    Triton kernel; ``"triton"`` always runs this module's kernel, ``"rdq"`` the other (refused
-    where it cannot run: an FP8 cache on Hopper).
-
-    Parameters
-    ----------
-    q : Tensor [batch, n_q_heads, head_dim], bf16 or fp16, last dim contiguous
-        The new token's query for every sequence.
-    k_cache, v_cache : Tensor [num_blocks, n_kv_heads, block_size, head_dim]
-        The pool of KV blocks; same dtype as ``q`` or ``torch.float8_e4m3fn``; last dim
-        contiguous. ``n_q_heads`` must be a multiple of ``n_kv_heads`` (MHA, GQA, MQA).
-    block_tables : Tensor [batch, max_blocks_per_seq], int32
-        ``block_tables[b, j]`` is the pool index of sequence ``b``'s ``j``-th block. Entries past
-        a sequence's last block are never read (any value, e.g. -1).
-    seq_lens : Tensor [batch], int32
-        Tokens in each sequence, ``1 <= seq_lens[b] <= max_blocks_per_seq * block_size``.
-    sm_scale : float, optional
-        Softmax scale; default ``1 / sqrt(head_dim)``.
-    k_scale, v_scale : float or Tensor [1] or [n_kv_heads] (fp32), optional
-        FP8 dequantisation scales (real value = stored value * scale); only for an FP8 cache,
-        default 1.
-    num_splits : int, optional
-        Parts each sequence is cut into (split-KV); default from ``default_num_splits``.
-    config : DecodeConfig, optional
-        Launch parameters; default from ``default_config``.
-    validate : bool
-        Check table entries and lengths against the pool (costs one device-to-host sync). Shapes,
-        dtypes and strides are always checked (once per call signature). The benchmark validates
-        once, then times with False.
-    backend : {"auto", "triton", "rdq"}
-        Which kernel runs (see above); ``config`` and ``DecodeConfig`` options imply the Triton one.
-
-    Returns
-    -------
-    Tensor [batch, n_q_heads, head_dim], dtype of ``q``
-
-    Raises
-    ------
-    ValueError
-        For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
-        lengths beyond a table or head counts that do not divide; before any launch.
-    """
-    if choose_backend(backend, config is not None, lambda: rdq_preferred(q, k_cache, v_cache)) == "rdq":
-        from kernels.decode.rdq import rdq_paged_decode  # here: that module imports this one's merge
-
-        return rdq_paged_decode(q, k_cache, v_cache, block_tables, seq_lens, k_scale=k_scale, v_scale=v_scale,
-                                sm_scale=sm_scale, num_splits=num_splits, config=default_rdq_config("fp8"),
-                                validate=validate)
-    plan, launch_args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
-                                                  v_scale, num_splits, config, validate)
-    _launch_split_kernel(plan.grid, launch_args, constexprs)
+    """This module's kernel on a 16-bit or FP8 pool (arguments as
+    :func:`kernels.decode.api.paged_decode_attention`, which is how callers reach it)."""
+    plan, args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
+                                           v_scale, num_splits, config, validate)
+    _launch_split_kernel(plan.grid, args.values(), constexprs)
     if plan.split and not constexprs["INLINE_MERGE"]:
-        merge_splits(launch_args[8], launch_args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
+        merge_splits(args.part_out, args.part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
 
@@ -398,23 +347,20 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
     max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
     out = torch.empty_like(q)
 
-    def args(plan: SplitPlan, inline: bool) -> tuple:
+    def args(plan: SplitPlan, inline: bool) -> SplitKernelArgs:
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
-        return (q, k_cache, v_cache, block_tables, seq_lens,
-                ks if ks is not None else out, vs if vs is not None else out,
-                out, part_out, part_lse, inline_counters(inline, plan, out),
-                sm_scale * LOG2_E, plan.num_splits,
-                q.stride(0), q.stride(1),
-                k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-                v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-                block_tables.stride(0),
-                out.stride(0), out.stride(1),
-                *part_strides)
+        return SplitKernelArgs(
+            inputs=(q, k_cache, v_cache, block_tables, seq_lens, ks if ks is not None else out,
+                    vs if vs is not None else out),
+            out=out, part_out=part_out, part_lse=part_lse, counters=inline_counters(inline, plan, out),
+            qk_scale=sm_scale * LOG2_E, num_splits=plan.num_splits,
+            strides=(q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
+                     out.stride(0), out.stride(1), *part_strides))
 
     def plan_for(inline: bool) -> SplitPlan:
         return planned_split((key, config, inline), batch, n_kv_heads, max_len, q.device, num_splits, config.block_n,
                              config.waves, lambda trial: _paged_decode_kernel.warmup(
-                                 *args(trial, inline), grid=trial.grid, **_constexprs(key, config, True, inline)))[0]
+                                 *args(trial, inline).values(), grid=trial.grid, **_constexprs(key, config, True, inline)))[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
     return plan, args(plan, inline), _constexprs(key, config, plan.split, inline), out
@@ -422,7 +368,8 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
 
 def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
                       seq_lens: torch.Tensor, *, config: DecodeConfig | None = None, in_graph: bool = False) -> int:
-    """The split count :func:`paged_decode_attention` would use for this call, made eagerly or
+    """The split count :func:`kernels.decode.api.paged_decode_attention` would use for this
+    16-bit or FP8 call on the Triton kernel, made eagerly or
     (``in_graph``) inside a CUDA graph capture, where "auto" may merge otherwise and so plan
     for another kernel variant (nothing is launched; on a GPU the split kernel is compiled, as
     the call itself would)."""

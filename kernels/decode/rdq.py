@@ -1,10 +1,9 @@
 """Paged decode attention for INT4 and FP8 KV with register dequantisation and warp MMAs (sm_80+, tuned for sm_90).
 
-Same contracts as :func:`kernels.decode.int4.paged_decode_int4` (INT4 pools in
-:mod:`kernels.cache.int4`'s layout) and the FP8 path of :mod:`kernels.decode.paged` (e4m3 pools,
-per-KV-head fp32 ``k_scale`` / ``v_scale``). Why not the Hopper ``wgmma`` that the 16-bit Gluon
-kernel (:mod:`kernels.decode.gluon`) uses, as the FP8 and INT4 variants built on it did
-(H200: 1.0x the Triton FP8 kernel, 1.01x bf16 for INT4): its
+Reached through :func:`kernels.decode.api.paged_decode_attention` for INT4 pools
+(:mod:`kernels.cache.int4`'s layout) and FP8 ones (e4m3, per-tensor or per-KV-head fp32
+``k_scale`` / ``v_scale``). Why not Hopper's ``wgmma``, as the Gluon FP8 and INT4 kernels built
+on it did (H200: 1.0x the Triton FP8 kernel, 1.01x bf16 for INT4): its
 MMA has M = 64 rows for at most 8 (usually 4) query heads, so 56-60 rows of every product are
 padding, and they dequantise each tile into an fp16 shared tile that the MMA reads back. At
 B 8 x L 32K both costs are about the whole time budget of an INT4 decode at HBM speed.
@@ -67,13 +66,14 @@ import torch
 
 from kernels.decode.checks import check_shapes, check_strides, check_values
 from kernels.decode.config import FP8_DTYPE
-from kernels.decode.launch import (SplitPlan, check_call_options, checked_once, fp8_scales, planned_split, signature,
+from kernels.decode.launch import (SplitKernelArgs, SplitPlan, check_call_options, checked_once, fp8_scales, planned_split, signature,
                                    split_buffers)
 from kernels.cache.int4 import Int4Pool, scale_words
 from kernels.decode.merge import merge_splits, pdl_merge
 from kernels.decode.direct_launch import DirectLauncher
 from kernels.reference.online_softmax import LOG2_E
-from kernels.decode.gluon import _HAVE_GLUON, GLUON_DECODE_HEAD_DIMS, gluon_decode_available
+from kernels.decode.rdq_tiles import _HAVE_GLUON
+from kernels.runtime import hopper_gluon_available
 from kernels.decode.checks import check_16_byte_grid, check_int4_inputs
 from kernels.decode.rdq_layouts import (FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, k_tile_layout_bases, v_tile_layout_bases,
                                  word_layout_bases)
@@ -86,15 +86,15 @@ if _HAVE_GLUON:
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 
-    from kernels.decode.gluon import split_tiles
-    from kernels.decode.rdq_tiles import (code_offsets, issue_codes, k_logical, load_scales, next_codes, output_dims,
+    from kernels.decode.rdq_tiles import (split_tiles, code_offsets, issue_codes, k_logical, load_scales, next_codes, output_dims,
                                    query_dims, scale_halves, token_pairs, v_logical)
 
-__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_paged_decode",
+__all__ = ["RdqConfig", "RDQ_CONFIGS", "RDQ_FORMATS", "MAX_RDQ_GROUP", "rdq_available", "rdq_decode",
            "rdq_plan", "rdq_shared_bytes", "uses_register_prefetch",
            "INT4_K_PTX", "INT4_V_PTX", "FP8_K_PTX", "FP8_V_PTX"]
 
 _MMA_ROWS = 16  # rows of mma.m16n8k16: the query heads, zero-padded
+RDQ_HEAD_DIMS = (64, 128)  # whole 16x8x16 MMA k-steps per head and 16-byte rows of codes
 
 
 
@@ -375,7 +375,7 @@ def _options(cfg: RdqConfig) -> dict:
 
 def rdq_available() -> bool:
     """True where the kernel runs: Gluon, a CUDA device of capability 9.x, no interpreter."""
-    return gluon_decode_available()
+    return hopper_gluon_available()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -398,8 +398,8 @@ def _check_rdq_inputs(q, k, v, block_tables, seq_lens) -> str:
         fmt, n_kv_heads = "fp8", k.shape[1]
     codes = (k.data, v.data) if fmt == "int4" else (k, v)
     check_16_byte_grid("rdq decode kernel", "k.data and v.data" if fmt == "int4" else "k and v", *codes)
-    if q.shape[2] not in GLUON_DECODE_HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {GLUON_DECODE_HEAD_DIMS} for the rdq decode kernel, got {q.shape[2]}")
+    if q.shape[2] not in RDQ_HEAD_DIMS:
+        raise ValueError(f"head_dim must be one of {RDQ_HEAD_DIMS} for the rdq decode kernel, got {q.shape[2]}")
     if q.shape[1] // n_kv_heads > MAX_RDQ_GROUP:
         raise ValueError(f"n_q_heads / n_kv_heads must be at most {MAX_RDQ_GROUP} for the rdq decode kernel, got "
                          f"{q.shape[1]} / {n_kv_heads} = {q.shape[1] // n_kv_heads}")
@@ -424,16 +424,16 @@ def partial_dtype(cfg: RdqConfig, fmt: str) -> torch.dtype:
 
 
 def _kernel_args(q, kc, vc, ks, vs, block_tables, seq_lens, out, plan: SplitPlan, qk_scale: float,
-                 partial_dtype: torch.dtype = torch.float32) -> tuple:
+                 partial_dtype: torch.dtype = torch.float32) -> SplitKernelArgs:
     part_out, part_lse, part_strides = split_buffers(plan, q, out, partial_dtype)
-    scale_strides = ((ks.stride(0), ks.stride(1), ks.stride(2), vs.stride(0), vs.stride(1), vs.stride(2))
-                     if ks.dim() == 3 else (0, 1, 0, 0, 1, 0))
-    return (q, kc, vc, ks, vs, block_tables, seq_lens, out, part_out, part_lse, qk_scale, plan.num_splits,
-            q.stride(0), q.stride(1), kc.stride(0), kc.stride(1), kc.stride(2), vc.stride(0), vc.stride(1),
-            vc.stride(2), *scale_strides, block_tables.stride(0), out.stride(0), out.stride(1), *part_strides)
+    scale_strides = ((*ks.stride()[:3], *vs.stride()[:3]) if ks.dim() == 3 else (0, 1, 0, 0, 1, 0))
+    return SplitKernelArgs(inputs=(q, kc, vc, ks, vs, block_tables, seq_lens), out=out, part_out=part_out,
+                           part_lse=part_lse, counters=None, qk_scale=qk_scale, num_splits=plan.num_splits,
+                           strides=(q.stride(0), q.stride(1), *kc.stride()[:3], *vc.stride()[:3], *scale_strides,
+                                    block_tables.stride(0), out.stride(0), out.stride(1), *part_strides))
 
 
-def rdq_paged_decode(
+def rdq_decode(
     q: torch.Tensor,
     k,
     v,
@@ -447,59 +447,27 @@ def rdq_paged_decode(
     config: RdqConfig | None = None,
     validate: bool = True,
 ) -> torch.Tensor:
-    """Decode attention of one query token per sequence over a paged INT4 or FP8 KV cache.
-
-    Parameters
-    ----------
-    q : Tensor [batch, n_q_heads, head_dim], bf16 or fp16, last dim contiguous
-        The new token's query for every sequence; ``head_dim`` 64 or 128.
-    k, v : Int4Pool, or Tensor [num_blocks, n_kv_heads, block_size, head_dim] float8_e4m3fn
-        INT4: ``data [num_blocks, n_kv_heads, block_size, head_dim // 2]`` uint8 and ``scales
-        [.., block_size, 2]`` fp16 (:func:`kernels.cache.int4.quantize_pool_int4`). FP8: the
-        pools as stored (real value = stored value * scale). ``block_size`` a power of two in
-        1..256; ``n_q_heads = GROUP * n_kv_heads`` with ``1 <= GROUP <= 16``.
-    block_tables : Tensor [batch, max_blocks_per_seq], int32
-        Pool index of each sequence's ``j``-th block; entries past a sequence's last block are
-        never read.
-    seq_lens : Tensor [batch], int32
-        Tokens per sequence, ``1 <= seq_lens[b] <= max_blocks_per_seq * block_size``.
-    k_scale, v_scale : float or Tensor [1] or [n_kv_heads] (fp32), optional
-        FP8 only: dequantisation scales per tensor or per KV head; default 1.
-    sm_scale : float, optional
-        Softmax scale; default ``1 / sqrt(head_dim)``.
-    num_splits : int, optional
-        Parts each sequence is cut into (split-KV); default: the most that fit in one wave of
-        ``config.per_sm`` programs per SM, or of as many as an SM holds
-        (:func:`kernels.decode.config.single_wave_splits`).
-    config : RdqConfig, optional
-        Tile, ring depth and programs per SM; default ``RDQ_CONFIGS[0]``.
-    validate : bool
-        Check table entries and lengths against the pool (one device-to-host sync).
-
-    Returns
-    -------
-    Tensor [batch, n_q_heads, head_dim], dtype of ``q``
-
-    Raises
-    ------
-    ValueError
-        Inputs this kernel cannot take (what the INT4 and FP8 decode kernels refuse, head_dim
-        other than 64/128, more than 16 query heads per KV head, scales for INT4 pools), a
-        foreign config, or no Gluon-capable GPU; before any launch.
+    """This module's kernel on INT4 or FP8 pools (arguments as
+    :func:`kernels.decode.api.paged_decode_attention`, which is how callers reach it), with
+    ``config`` an :class:`RdqConfig` (default ``RDQ_CONFIGS[0]``) and a default split count of the
+    most that fit in one wave of ``config.per_sm`` programs per SM, or of as many as an SM holds
+    (:func:`kernels.decode.config.single_wave_splits`). Refuses, before any launch: head dims
+    other than 64/128, more than 16 query heads per KV head, scales for INT4 pools, a foreign
+    config, no Gluon-capable GPU.
     """
     cfg, fmt, plan, out, pools, constexprs = _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale,
                                                       num_splits, config, validate)
     args = _kernel_args(q, *pools, block_tables, seq_lens, out, plan,
                         check_call_options(sm_scale, num_splits, q.shape[2]) * LOG2_E, partial_dtype(cfg, fmt))
-    _launch_rdq_kernel(plan.grid, args, constexprs)
+    _launch_rdq_kernel(plan.grid, args.values(), constexprs)
     if plan.split:
-        merge_splits(args[8], args[9], out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
+        merge_splits(args.part_out, args.part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
     return out
 
 
 def rdq_plan(q: torch.Tensor, k, v, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
              config: RdqConfig | None = None) -> tuple[int, int]:
-    """``(num_splits, resident programs per SM)`` that :func:`rdq_paged_decode` would use for this
+    """``(num_splits, resident programs per SM)`` that :func:`rdq_decode` would use for this
     call with its default split count (the kernel is compiled, nothing is launched)."""
     plan, resident = _prepare(q, k, v, block_tables, seq_lens, None, None, None, config, False, plan_only=True)
     return plan.num_splits, resident
@@ -533,7 +501,7 @@ def _prepare(q, k, v, block_tables, seq_lens, k_scale, v_scale, num_splits, conf
     plan, resident = planned_split(
         (key, cfg), batch, n_kv_heads, max_len, q.device, num_splits, cfg.block_n, 1,  # waves: unused, one wave
         lambda trial: _rdq_decode_kernel.warmup(
-            *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0, partial_dtype(cfg, fmt)),
+            *_kernel_args(q, *pools, block_tables, seq_lens, out, trial, 1.0, partial_dtype(cfg, fmt)).values(),
             grid=trial.grid,
             **_launch_kwargs(cfg, **shape, split=True, early_merge=pdl_merge(cfg, True, q.device))),
         single_wave=True, single_wave_per_sm=cfg.per_sm)

@@ -66,7 +66,7 @@ class RdqConfig:
                 + (" bf16-partials" if self.bf16_partials else ""))
 
 
-# Candidates to time on the H200 (scripts/tuning/h200_rdq_check.py): one entry per design worth
+# Candidates to time on the H200 (harness variants, kernels.bench.variants): one entry per design worth
 # timing again when the kernel or Triton changes. What each compiles to for sm_90 (registers,
 # programs per SM) and how fast it ran are summarised in docs/kernels/DECODE.md. In short, x the bf16 kernel at the worst large shape (INT4 / FP8): the rows design
 # (the first five) at best 1.64 / 1.60; the swapped design through the copy ring 2.28 / 1.77 (FP8 at

@@ -31,7 +31,7 @@ the row design). Everything else as :mod:`kernels.decode.rdq`.
 
 from __future__ import annotations
 
-from kernels.decode.gluon import _HAVE_GLUON
+from kernels.decode.rdq_tiles import _HAVE_GLUON
 from kernels.decode.rdq_layouts import FP8_K_PTX, FP8_V_PTX, INT4_K_PTX, INT4_V_PTX, MOVMATRIX_PTX
 
 if _HAVE_GLUON:

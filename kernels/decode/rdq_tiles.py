@@ -9,18 +9,30 @@ the N) takes their transposes as A operands; the bytes each lane holds are the s
 
 from __future__ import annotations
 
-from kernels.decode.gluon import _HAVE_GLUON
+from kernels.runtime import gluon_importable
 
+_HAVE_GLUON = gluon_importable()
 if _HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-__all__ = ["k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales",
+__all__ = ["split_tiles", "k_logical", "v_logical", "token_pairs", "scale_halves", "issue_codes", "next_codes", "next_codes_and_scales",
            "load_scales", "code_offsets", "tile_page", "query_dims", "output_dims", "load_code_words",
            "load_scales_at"]
 
 if _HAVE_GLUON:
+    @gluon.jit
+    def split_tiles(seq_lens_ptr, seq, split, num_splits, BLOCK_N: gl.constexpr):
+        """``(start, end, n_tiles)``: tokens ``[start, end)`` of this split of sequence ``seq``, in
+        whole tiles so that only the sequence's last tile is ragged (the Triton kernel's split
+        rule); ``n_tiles <= 0`` for a split past the sequence's end."""
+        seq_len = gl.load(seq_lens_ptr + seq)
+        tiles_per_split = gl.cdiv(gl.cdiv(seq_len, BLOCK_N), num_splits)
+        start = split * tiles_per_split * BLOCK_N
+        end = gl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+        return start, end, gl.cdiv(end - start, BLOCK_N)
+
     @gluon.jit
     def k_logical(x, BLOCK_N: gl.constexpr, RB: gl.constexpr):
         """``[BLOCK_N, RB]`` converted K values (lane ``t``'s slice, words ``s``, values ``m =

@@ -33,7 +33,7 @@ Loads: plain pointer loads (any strides with a contiguous head dim), or, for con
 of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
 flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
 masked to -inf and their V rows zeroed, so NaN there cannot leak. Launch configurations come
-from a per-(head dim, causal) table measured on an H200 (``scripts/tuning/h200_chunked_check.py``):
+from a per-(head dim, causal) table measured on an H200 (``benchmarks/results/prefill-tune-v*-h200.json``):
 about 500-530 TFLOP/s at D = 128, N >= 4K, non-causal, and 450-490 causal; 560 / 470 at D = 256.
 
 Sources
@@ -58,7 +58,7 @@ import dataclasses
 
 import torch
 
-from kernels.runtime import ensure_triton_backend, interpreter_active
+from kernels.runtime import ensure_triton_backend, hopper_gluon_available, interpreter_active
 
 # Triton decides interpret-or-compile when a kernel is decorated: choose before importing it.
 ensure_triton_backend()
@@ -66,7 +66,7 @@ ensure_triton_backend()
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.prefill.flash_gluon import GLUON_HEAD_DIMS, gluon_attention_forward, gluon_available  # noqa: E402
+from kernels.prefill.flash_gluon import GLUON_HEAD_DIMS, gluon_attention_forward  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.prefill.checks import check_scale, check_tensors  # noqa: E402
 
@@ -297,7 +297,7 @@ class FlashConfig:
             raise ValueError(f"maxnreg must be in 24..255 (or None), got {self.maxnreg}")
 
 
-# Per-shape table, tuned on an H200 (scripts/tuning/tune_flash.py, scripts/tuning/h200_chunked_check.py).
+# Per-shape table, tuned on an H200 (benchmarks/results/prefill-tune-v1..v3-h200.json).
 # Key: (head_dim, causal). BLOCK_M = 128 with 8 warps = two warpgroups of m64 wgmma; TMA
 # descriptor loads keep registers under the 255 cap (198 vs 255 for pointer loads).
 _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
@@ -345,7 +345,7 @@ GLUON_MIN_TOKENS = 1024
 
 def gluon_preferred(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether ``backend="auto"`` takes the Gluon kernel for these (already checked) inputs."""
-    return (q.shape[2] >= GLUON_MIN_TOKENS and q.shape[3] in GLUON_HEAD_DIMS and gluon_available()
+    return (q.shape[2] >= GLUON_MIN_TOKENS and q.shape[3] in GLUON_HEAD_DIMS and hopper_gluon_available()
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))
 
 
@@ -386,8 +386,8 @@ def flash_attention_forward(
     sm_scale : float, optional
         Softmax scale, default ``1 / sqrt(D)``; must be positive.
     config : FlashConfig, optional
-        Override the per-shape launch configuration of the Triton kernel (used by
-        ``scripts/tuning/tune_flash.py``); implies the Triton kernel.
+        Override the per-shape launch configuration of the Triton kernel (a tuning variant);
+        implies the Triton kernel.
     backend : {"auto", "triton", "gluon"}
         Which kernel runs (see above).
 

@@ -44,18 +44,19 @@ Limits
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import torch
 
 from kernels.reference.online_softmax import LOG2_E
 from kernels.prefill.checks import check_scale, check_tensors
-from kernels.runtime import ensure_triton_backend, interpreter_active
+from kernels.runtime import ensure_triton_backend, gluon_importable, hopper_gluon_available
 
 ensure_triton_backend()  # before triton is imported: the interpreter is chosen at decoration
 
-try:  # Gluon is experimental: absent on old Tritons, and its API moves between releases
-    import triton
+import triton  # noqa: E402
+
+_HAVE_GLUON = gluon_importable()
+if _HAVE_GLUON:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.language.nvidia.hopper import (
@@ -67,25 +68,10 @@ try:  # Gluon is experimental: absent on old Tritons, and its API moves between 
     )
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    _HAVE_GLUON = True
-except ImportError:  # pragma: no cover - depends on the installed Triton
-    _HAVE_GLUON = False
-
-__all__ = ["GluonConfig", "GLUON_CONFIGS", "Sm90Build", "gluon_attention_forward", "gluon_available",
+__all__ = ["GluonConfig", "GLUON_CONFIGS", "Sm90Build", "gluon_attention_forward",
            "pick_gluon_config", "sm90_build"]
 
 GLUON_HEAD_DIMS = (64, 128)
-
-
-def gluon_available() -> bool:
-    """True when Gluon imports, a CUDA device of capability 9.x is present, and Triton is not
-    interpreting (the Gluon kernel has no CPU path)."""
-    if not _HAVE_GLUON or interpreter_active() or os.environ.get("TRITON_INTERPRET") == "1":
-        return False
-    if not torch.cuda.is_available():
-        return False
-    major, _minor = torch.cuda.get_device_capability()
-    return major == 9
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -132,7 +118,7 @@ class GluonConfig:
         return f"gluon {self.block_m}x{self.block_n} {self.num_stages}st{ws}"
 
 
-# Candidates timed by scripts/tuning/h200_gluon_check.py; the first one is the default.
+# Candidates worth timing again (harness variants, kernels.bench.variants); the first is the default.
 # H200, D = 128, bf16, two runs: 128x128 3st ws
 # ran at 0.96-1.03x cuDNN non-causal and 0.92-1.07x causal over the target shapes; 128x128 2st
 # ws 0.85-0.96x; 128x64 4st ws 0.86-0.94x; the non-specialised program 0.67-0.80x (the CTA-wide
@@ -494,7 +480,7 @@ def gluon_attention_forward(
     check_tensors(q, k, v)
     b, hq, n, d = q.shape
     scale = check_scale(sm_scale, d)
-    if not gluon_available():
+    if not hopper_gluon_available():
         raise ValueError("the Gluon kernel needs Triton's Gluon and a CUDA device of capability 9.x")
     if d not in GLUON_HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {GLUON_HEAD_DIMS} for the Gluon kernel, got {d}")

@@ -12,7 +12,10 @@ nothing to wait on but the loads — with the decode kernels' grid and block-tab
   block: 32 KiB runs at 8 heads).
 
 :func:`expected_fold` is the same fold in torch, the check that every word was read once.
-Used by ``scripts/tuning/h200_read_floor.py``; nothing runs at import.
+Run on the GPU machine, ``python3 -m scripts.tuning.read_floor_kernels --batch 32 --context 16384``
+times the paged read at the decode kernel's own tile and split count against the decode kernel
+and cuDNN's SDPA on the same KV stored contiguously (CUDA-graph medians): what share of the
+kernel's time is the read itself. Nothing runs at import.
 """
 
 from __future__ import annotations
@@ -148,3 +151,48 @@ def head_major(pool: torch.Tensor) -> torch.Tensor:
     """``pool`` ``[blocks, heads, slots, d]`` copied head-major (each head's blocks one contiguous
     run) and seen through the same index order."""
     return pool.permute(1, 0, 2, 3).contiguous().permute(1, 0, 2, 3)
+
+
+def main() -> None:
+    import argparse
+
+    import torch.nn.functional as F
+
+    from kernels.bench.timing import graph_ms, sdpa_context
+    from kernels.decode.api import decode_num_splits, paged_decode_attention
+    from kernels.decode.config import default_config
+
+    ap = argparse.ArgumentParser(description="the paged-read floor against the decode kernel and cuDNN")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--context", type=int, default=16384)
+    ap.add_argument("--heads", type=int, default=32, help="query heads (8 KV heads, d 128, block 16)")
+    args = ap.parse_args()
+    b, L, hq, hkv, d, bs = args.batch, args.context, args.heads, 8, 128, 16
+    g = torch.Generator(device="cuda").manual_seed(0)
+    blocks = b * L // bs
+    k = torch.randn(blocks, hkv, bs, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn_like(k)
+    tables = torch.randperm(blocks, device="cuda", generator=g).to(torch.int32).reshape(b, L // bs)
+    lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
+    splits = decode_num_splits(q, k, v, tables, lens, in_graph=True)
+    cfg = default_config(d, k.dtype)
+    folds = paged_read(k, v, tables, L, splits, (cfg.block_n, cfg.num_warps, cfg.num_stages))
+    assert torch.equal(xor_rows(folds), expected_fold(k, v, tables, L)), "the read missed a word"
+    kc = torch.stack([torch.cat([k[tables[i].long(), h] for h in range(hkv)]).reshape(hkv, L, d) for i in range(b)])
+    vc = torch.stack([torch.cat([v[tables[i].long(), h] for h in range(hkv)]).reshape(hkv, L, d) for i in range(b)])
+
+    def cudnn() -> torch.Tensor:
+        with sdpa_context("CUDNN_ATTENTION"):
+            return F.scaled_dot_product_attention(q.unsqueeze(2), kc, vc, enable_gqa=True)
+
+    times = {"paged read": graph_ms(lambda: paged_read(k, v, tables, L, splits, (cfg.block_n, cfg.num_warps,
+                                                                                cfg.num_stages), folds), 1, 10, 40),
+             "decode kernel": graph_ms(lambda: paged_decode_attention(q, k, v, tables, lens, validate=False), 1, 10, 40),
+             "cuDNN contiguous": graph_ms(cudnn, 1, 10, 40)}
+    for name, ms in times.items():
+        print(f"{name:18s} {ms * 1e3:9.1f} us   read / this {times['paged read'] / ms:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,4 +1,4 @@
-"""Which kernel the decode wrappers run (kernels.decode.backends).
+"""Which kernel the decode entry runs (kernels.decode.backends).
 
 CPU (CI): the rules themselves — ``auto`` keeps the Triton kernel wherever the rdq kernel cannot
 run or was not timed (no Hopper, head dim 64, more than 16 query heads per KV head, bf16 KV, a
@@ -14,17 +14,17 @@ import dataclasses
 import pytest
 import torch
 
-from kernels.decode.backends import INT4_BACKENDS, choose_backend, default_rdq_config, rdq_preferred
+from kernels.decode.backends import choose_kernel, default_rdq_config, rdq_preferred
+from kernels.decode.rdq_config import RdqConfig
 from kernels.decode.config import DecodeConfig
 from kernels.cache.int4 import quantize_int4
 from kernels.cache.paged import build_paged_cache, quantize_fp8
-from kernels.decode.paged import paged_decode_attention
-from kernels.decode.gluon import gluon_decode_available
+from kernels.decode.api import paged_decode_attention
+from kernels.runtime import hopper_gluon_available
 from support.views import off_grid
-from kernels.decode.int4 import paged_decode_int4
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-needs_hopper = pytest.mark.skipif(not gluon_decode_available(), reason="needs Gluon and a CUDA device of capability 9.x")
+needs_hopper = pytest.mark.skipif(not hopper_gluon_available(), reason="needs Gluon and a CUDA device of capability 9.x")
 
 
 def _cache(lens, *, hq=8, hkv=2, d=128, device=DEVICE, seed=0):
@@ -35,25 +35,45 @@ def _cache(lens, *, hq=8, hkv=2, d=128, device=DEVICE, seed=0):
     return q, c
 
 
-def test_auto_takes_rdq_only_when_preferred_and_no_triton_option_was_set():
-    yes, no = (lambda: True), (lambda: False)
-    assert choose_backend("auto", False, yes) == "rdq"
-    assert choose_backend("auto", False, no) == "triton"
-    assert choose_backend("auto", True, yes) == "triton"  # a DecodeConfig or dequantiser: the Triton kernel's
-    assert choose_backend("triton", False, yes) == "triton"
-    assert choose_backend("rdq", False, no, INT4_BACKENDS) == "rdq"  # forced, even where not preferred
-    with pytest.raises(ValueError, match="backend must be one of"):
-        choose_backend("wgmma", False, yes, INT4_BACKENDS)  # the wgmma INT4 kernel was removed
-    with pytest.raises(ValueError, match="backend must be one of"):
-        choose_backend("cudnn", False, yes)
+def test_auto_takes_rdq_only_when_preferred_and_no_other_kernels_option_was_set():
+    q, c = _cache([40], device="cpu")
+    fp8 = quantize_fp8(c)
+    args = (q, fp8.k_cache, fp8.v_cache)
+    preferred = "rdq" if rdq_preferred(*args) else "triton"
+    assert choose_kernel(*args, backend="auto", config=None, dequant=None) == preferred
+    # A DecodeConfig or the INT4 dequantiser choice belongs to the Triton kernels, an RdqConfig to rdq.
+    assert choose_kernel(*args, backend="auto", config=DecodeConfig(), dequant=None) == "triton"
+    assert choose_kernel(*args, backend="auto", config=None, dequant=0) == "triton"
+    assert choose_kernel(*args, backend="auto", config=None, dequant=1) == preferred  # 1 is the default
+    assert choose_kernel(*args, backend="auto", config=RdqConfig(), dequant=None) == "rdq"
+    assert choose_kernel(*args, backend="triton", config=None, dequant=None) == "triton"
+    assert choose_kernel(*args, backend="rdq", config=None, dequant=None) == "rdq"  # forced, even where not preferred
+    with pytest.raises(ValueError, match="backend='triton' takes a DecodeConfig"):
+        choose_kernel(*args, backend="triton", config=RdqConfig(), dequant=None)
+    with pytest.raises(ValueError, match="backend='rdq' takes an RdqConfig"):
+        choose_kernel(*args, backend="rdq", config=DecodeConfig(), dequant=None)
+    for name in ("wgmma", "cudnn", "gluon"):  # the Gluon kernels for 16-bit and INT4 KV were removed
+        with pytest.raises(ValueError, match="backend must be one of"):
+            choose_kernel(*args, backend=name, config=None, dequant=None)
+
+
+def test_the_one_entry_refuses_options_that_do_not_fit_the_pool():
+    q, c = _cache([40], device="cpu")
+    int4 = quantize_int4(c)
+    with pytest.raises(ValueError, match="INT4 pools carry their own scales"):
+        paged_decode_attention(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, k_scale=1.0)
+    with pytest.raises(ValueError, match="dequant is for INT4 pools"):
+        paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, dequant=0)
+    with pytest.raises(ValueError, match="k must be an Int4Pool"):
+        paged_decode_attention(q, int4.k.data, int4.v, int4.block_tables, int4.seq_lens)
 
 
 def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
     q, c = _cache([40], device="cpu")
     assert not rdq_preferred(q, c.k_cache, c.v_cache)  # bf16 KV: the Triton kernel's
     fp8, int4 = quantize_fp8(c), quantize_int4(c)
-    assert rdq_preferred(q, fp8.k_cache, fp8.v_cache) == gluon_decode_available()
-    assert rdq_preferred(q, int4.k, int4.v) == gluon_decode_available()
+    assert rdq_preferred(q, fp8.k_cache, fp8.v_cache) == hopper_gluon_available()
+    assert rdq_preferred(q, int4.k, int4.v) == hopper_gluon_available()
     shifted = dataclasses.replace(int4.k, data=off_grid(int4.k.data))
     assert not rdq_preferred(q, shifted, int4.v)  # 4 bytes off the grid the rdq kernel copies by
     q64, c64 = _cache([40], d=64, device="cpu")
@@ -68,18 +88,18 @@ def test_rdq_is_preferred_only_for_quantised_caches_at_timed_shapes_on_hopper():
         default_rdq_config("int8")
 
 
-@pytest.mark.skipif(gluon_decode_available(), reason="checks the refusal where there is no Hopper GPU")
+@pytest.mark.skipif(hopper_gluon_available(), reason="checks the refusal where there is no Hopper GPU")
 def test_forced_rdq_is_refused_without_hopper_and_auto_still_runs():
     q, c = _cache([5, 70], device="cpu")
     fp8, int4 = quantize_fp8(c), quantize_int4(c)
     with pytest.raises(ValueError, match="capability 9.x"):
         paged_decode_attention(q, fp8.k_cache, fp8.v_cache, fp8.block_tables, fp8.seq_lens, backend="rdq")
     with pytest.raises(ValueError, match="capability 9.x"):
-        paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="rdq")
+        paged_decode_attention(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="rdq")
     with pytest.raises(ValueError, match="backend must be one of"):
         paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, backend="gluon")
-    auto = paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens)
-    forced = paged_decode_int4(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="triton")
+    auto = paged_decode_attention(q, int4.k, int4.v, int4.block_tables, int4.seq_lens)
+    forced = paged_decode_attention(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="triton")
     assert torch.equal(auto, forced)
 
 
@@ -94,6 +114,6 @@ def test_auto_runs_rdq_for_quantised_caches_and_triton_for_bf16():
     assert not torch.equal(paged_decode_attention(q, *args, **kw),
                            paged_decode_attention(q, *args, **kw, config=DecodeConfig(block_n=64)))
     args4 = (int4.k, int4.v, int4.block_tables, int4.seq_lens)
-    assert torch.equal(paged_decode_int4(q, *args4), paged_decode_int4(q, *args4, backend="rdq"))
+    assert torch.equal(paged_decode_attention(q, *args4), paged_decode_attention(q, *args4, backend="rdq"))
     args16 = (c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
     assert torch.equal(paged_decode_attention(q, *args16), paged_decode_attention(q, *args16, backend="triton"))

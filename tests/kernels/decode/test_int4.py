@@ -13,8 +13,8 @@ import torch
 
 from kernels.cache.int4 import dequantize_int4, quantize_int4, quantize_pool_int4
 from kernels.cache.paged import build_paged_cache, paged_from_contiguous
+from kernels.decode.api import paged_decode_attention
 from kernels.decode.paged import DecodeConfig
-from kernels.decode.int4 import paged_decode_int4
 from kernels.reference.paged import paged_attention_reference
 from kernels.tolerances import tolerance
 
@@ -41,7 +41,7 @@ def _ref(q, c):
 
 
 def _run(q, c, **kw):
-    return paged_decode_int4(q, c.k, c.v, c.block_tables, c.seq_lens, **kw)
+    return paged_decode_attention(q, c.k, c.v, c.block_tables, c.seq_lens, **kw)
 
 
 def _assert_close(out, ref, tol=TOL):
@@ -114,9 +114,9 @@ def test_nan_scales_in_unused_slots_do_not_reach_the_output():
 def test_bad_inputs_name_the_argument():
     q, c = _case([17])
     with pytest.raises(ValueError, match="k must be an Int4Pool"):
-        paged_decode_int4(q, c.k.data, c.v, c.block_tables, c.seq_lens)
+        paged_decode_attention(q, c.k.data, c.v, c.block_tables, c.seq_lens)
     with pytest.raises(ValueError, match="head_dim"):
-        paged_decode_int4(q[..., :32].contiguous(), c.k, c.v, c.block_tables, c.seq_lens)
+        paged_decode_attention(q[..., :32].contiguous(), c.k, c.v, c.block_tables, c.seq_lens)
     with pytest.raises(ValueError, match="dequant must be 0 or 1"):
         _run(q, c, dequant=2)
     with pytest.raises(ValueError, match="backend must be one of"):

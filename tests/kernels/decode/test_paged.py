@@ -18,9 +18,9 @@ from kernels.decode.config import MAX_SPLITS, single_wave_splits
 from kernels.cache.int4 import dequantize_int4, quantize_int4
 from kernels.cache.paged import build_paged_cache, paged_from_contiguous, quantize_fp8
 from kernels.decode.merge import INLINE_MERGE_MAX_SPLITS, choose_merge_plan, merges_inline, pdl_merge
-from kernels.decode.paged import DecodeConfig, default_num_splits, paged_decode_attention
-from kernels.decode.gluon import GluonDecodeConfig
-from kernels.decode.int4 import paged_decode_int4
+from kernels.decode.api import paged_decode_attention
+from kernels.decode.paged import DecodeConfig, default_num_splits
+from kernels.decode.rdq_config import RdqConfig
 from kernels.reference.paged import paged_attention_reference
 from kernels.tolerances import tolerance
 
@@ -172,7 +172,7 @@ def test_auto_merges_inline_for_few_splits_in_a_graph_and_always_when_eager():
         assert merges_inline(DecodeConfig(merge="inline"), 66, in_graph=in_graph)
         assert not merges_inline(DecodeConfig(merge="inline"), 1, in_graph=in_graph)
         assert not merges_inline(DecodeConfig(merge="kernel"), 2, in_graph=in_graph)
-        assert not merges_inline(GluonDecodeConfig(), 2, in_graph=in_graph)  # the Gluon kernels: the merge kernel only
+        assert not merges_inline(RdqConfig(), 2, in_graph=in_graph)  # the rdq kernel: the merge kernel only
 
 
 def test_each_merge_variant_is_planned_with_its_own_residency():
@@ -297,7 +297,7 @@ def test_inline_merge_int4():
     c = quantize_int4(build_paged_cache([97, 1, 17], block_size=16, n_kv_heads=2, head_dim=64, device=DEVICE,
                                         shuffle=True, generator=g, spare_blocks=3, poison_unused=True))
     q = torch.randn(3, 8, 64, generator=g, device=DEVICE).to(torch.bfloat16)
-    runs = {m: paged_decode_int4(q, c.k, c.v, c.block_tables, c.seq_lens, num_splits=5,
+    runs = {m: paged_decode_attention(q, c.k, c.v, c.block_tables, c.seq_lens, num_splits=5,
                                  config=DecodeConfig(block_n=16, merge=m)) for m in ("kernel", "inline")}
     _assert_same_up_to_rounding(runs["inline"], runs["kernel"])
     ref = paged_attention_reference(q, dequantize_int4(c.k), dequantize_int4(c.v), c.block_tables, c.seq_lens)

@@ -30,7 +30,7 @@ import torch
 
 from kernels.cache.int4 import dequantize_int4, quantize_int4
 from kernels.cache.paged import build_paged_cache, quantize_fp8
-from kernels.decode.rdq import (RDQ_CONFIGS, RdqConfig, rdq_available, rdq_paged_decode, rdq_shared_bytes,
+from kernels.decode.rdq import (RDQ_CONFIGS, RdqConfig, rdq_available, rdq_decode, rdq_shared_bytes,
                                      uses_register_prefetch)
 from kernels.decode.rdq_swap import swapped_heads
 from kernels.reference.paged import paged_attention_reference
@@ -631,8 +631,8 @@ def _case(lens, *, fmt="int4", block_size=16, hq=32, hkv=8, d=128, q_dtype=torch
 
 def _call(q, c, **kw):
     if hasattr(c, "k"):
-        return rdq_paged_decode(q, c.k, c.v, c.block_tables, c.seq_lens, **kw)
-    return rdq_paged_decode(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, k_scale=c.k_scale,
+        return rdq_decode(q, c.k, c.v, c.block_tables, c.seq_lens, **kw)
+    return rdq_decode(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, k_scale=c.k_scale,
                             v_scale=c.v_scale, **kw)
 
 
@@ -726,14 +726,13 @@ def test_query_dtypes_and_head_dims(fmt, q_dtype, d, swap):
 def test_off_grid_pools_take_the_triton_kernel_under_auto():
     # backend="auto" sends a view the rdq kernel cannot copy to the Triton kernel, which reads any
     # view, and gets the same answer; asked for by name, the rdq kernel refuses it.
-    from kernels.decode.paged import paged_decode_attention
-    from kernels.decode.int4 import paged_decode_int4
-
+    from kernels.decode.api import paged_decode_attention
+    
     for fmt in ("int4", "fp8"):
         q, c = _case([1, 97, 1025, 5000], fmt=fmt, device="cuda", seed=11)
         shifted = _shifted(c)
         if fmt == "int4":
-            out = paged_decode_int4(q, shifted.k, shifted.v, c.block_tables, c.seq_lens, backend="auto")
+            out = paged_decode_attention(q, shifted.k, shifted.v, c.block_tables, c.seq_lens, backend="auto")
         else:
             out = paged_decode_attention(q, shifted.k_cache, shifted.v_cache, c.block_tables, c.seq_lens,
                                          k_scale=c.k_scale, v_scale=c.v_scale, backend="auto")

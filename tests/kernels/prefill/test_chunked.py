@@ -16,7 +16,7 @@ import torch
 from kernels.prefill.chunked import VarlenConfig, chunked_prefill_attention, plan_batch
 from kernels.prefill.flash import flash_attention_forward
 from kernels.cache.paged import build_paged_cache, paged_from_contiguous, quantize_fp8
-from kernels.decode.paged import paged_decode_attention
+from kernels.decode.api import paged_decode_attention
 from kernels.tolerances import tolerance
 from kernels.reference.varlen import cu_seqlens, varlen_attention_reference
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kernels.prefill.flash import GLUON_MIN_TOKENS, FlashConfig, flash_attention_forward, gluon_preferred, pick_config
-from kernels.prefill.flash_gluon import gluon_available
+from kernels.runtime import hopper_gluon_available
 from kernels.reference.dense import naive_attention_lse
 from kernels.tolerances import tolerance
 
@@ -190,7 +190,7 @@ def test_auto_takes_gluon_only_where_it_can_run_and_was_measured_faster():
     """Gluon from GLUON_MIN_TOKENS on Hopper with contiguous, aligned D 64/128 inputs; never
     under the interpreter (CI), for D 256, strided inputs or short prompts."""
     q, k, v = _inputs(1, 2, 1, GLUON_MIN_TOKENS, 64, torch.bfloat16)
-    assert gluon_preferred(q, k, v) == gluon_available()
+    assert gluon_preferred(q, k, v) == hopper_gluon_available()
     short = _inputs(1, 2, 1, GLUON_MIN_TOKENS - 1, 64, torch.bfloat16)
     assert not gluon_preferred(*short)
     strided = q.transpose(1, 2).contiguous().transpose(1, 2)
@@ -203,7 +203,7 @@ def test_auto_takes_gluon_only_where_it_can_run_and_was_measured_faster():
 @pytest.mark.parametrize("causal", [False, True])
 def test_gpu_every_backend_matches_the_reference(causal):
     q, k, v = _inputs(2, 32, 8, 1027, 128, torch.bfloat16, seed=3)
-    for backend in ("auto", "triton") + (("gluon",) if gluon_available() else ()):
+    for backend in ("auto", "triton") + (("gluon",) if hopper_gluon_available() else ()):
         out, lse = flash_attention_forward(q, k, v, causal=causal, backend=backend)
         ref_out, ref_lse = naive_attention_lse(q, k, v, causal=causal)
         torch.testing.assert_close(out.float(), ref_out, atol=OUT_TOL[q.dtype][0], rtol=OUT_TOL[q.dtype][1])

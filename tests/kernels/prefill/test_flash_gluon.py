@@ -16,8 +16,8 @@ from kernels.prefill.flash_gluon import (
     GLUON_CONFIGS,
     GluonConfig,
     gluon_attention_forward,
-    gluon_available,
 )
+from kernels.runtime import hopper_gluon_available
 from kernels.reference.dense import naive_attention_lse
 from kernels.tolerances import tolerance
 from support.compiled import rows_from_child
@@ -26,7 +26,7 @@ OUT_TOL = {dtype: (tolerance("flash_forward", name).atol, tolerance("flash_forwa
            for dtype, name in ((torch.float16, "fp16"), (torch.bfloat16, "bf16"))}
 LSE_TOL = (tolerance("flash_forward_lse", "fp32").atol, tolerance("flash_forward_lse", "fp32").rtol)
 
-needs_hopper = pytest.mark.skipif(not gluon_available(), reason="needs Gluon and a CUDA device of capability 9.x")
+needs_hopper = pytest.mark.skipif(not hopper_gluon_available(), reason="needs Gluon and a CUDA device of capability 9.x")
 
 # Compiled in a child process: the suite runs under TRITON_INTERPRET=1, where Triton's
 # reductions are interpreter objects that the Gluon compiler rejects.
@@ -84,7 +84,7 @@ def test_warps_follow_the_warpgroups():
     assert GluonConfig(block_m=128, warp_specialize=True).num_warps == 4  # + 4 + 1 in workers
 
 
-@pytest.mark.skipif(gluon_available(), reason="checks the refusal on machines without sm_90")
+@pytest.mark.skipif(hopper_gluon_available(), reason="checks the refusal on machines without sm_90")
 def test_refuses_without_hopper():
     q = torch.randn(1, 2, 8, 128, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="capability 9.x"):

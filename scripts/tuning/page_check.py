@@ -2,7 +2,7 @@
 
 Usage, from the repository root on the H200 (streamlit and plotly installed there too)::
 
-    python3 -m scripts.tuning.h200_page_check [--json OUT/page_runs.json] [--quick]
+    python3 -m scripts.tuning.page_check [--json OUT/page_runs.json] [--quick]
 
 Two presses of the page's Run button, as a user would make them:
 

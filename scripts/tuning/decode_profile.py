@@ -4,10 +4,10 @@ Run on the device machine under ``ncu`` (clock control off, as the device notes 
 
     ncu --clock-control none --kernel-name regex:_paged_decode --launch-skip 3 --launch-count 3 \\
         --section WarpStateStats --section Occupancy --section LaunchStats --section SpeedOfLight \\
-        python3 -m scripts.tuning.h200_decode_profile --batch 32 --context 16384
+        python3 -m scripts.tuning.decode_profile --batch 32 --context 16384
 
-Each kernel (bf16, FP8, INT4 Triton; ``rdq-int4`` and ``rdq-fp8``, the Gluon kernels at their
-default configs and ``--splits`` if given; ``cudnn``, SDPA's cuDNN backend on KV of the same
+Each kind (bf16, FP8, INT4 through ``backend="auto"``, the kernel a caller gets; ``triton-fp8``
+and ``triton-int4`` forced onto the Triton kernels; ``--splits`` if given; ``cudnn``, SDPA's cuDNN backend on KV of the same
 size laid out contiguous, ``[batch, KV heads, context, d]``, as the harness's contender reads
 it) is called ``--calls`` times on the same batch (``--heads``/8 heads, d 128, block 16, blocks
 a random permutation of the pool). Not imported by the app or the tests.
@@ -21,8 +21,7 @@ import torch
 
 from kernels.cache.int4 import quantize_pool_int4
 from kernels.cache.paged import quantize_kv_fp8
-from kernels.decode.paged import paged_decode_attention
-from kernels.decode.int4 import paged_decode_int4
+from kernels.decode.api import paged_decode_attention
 
 
 def main() -> None:
@@ -32,7 +31,7 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=4)
     ap.add_argument("--kinds", default="bf16,fp8,int4")
     ap.add_argument("--heads", type=int, default=32, help="query heads (8 KV heads)")
-    ap.add_argument("--splits", type=int, default=None, help="split count of the rdq kinds")
+    ap.add_argument("--splits", type=int, default=None, help="split count (default: the kernel's plan)")
     args = ap.parse_args()
     b, L, hq, hkv, d, bs = args.batch, args.context, args.heads, 8, 128, 16
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -43,27 +42,23 @@ def main() -> None:
     lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
     q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
     kinds = args.kinds.split(",")
-    if "bf16" in kinds:
-        for _ in range(args.calls):
-            paged_decode_attention(q, k, v, tables, lens, validate=False)
-    if "fp8" in kinds:
+    pools = {"bf16": (k, v, {})}
+    if {"fp8", "triton-fp8"} & set(kinds):
         k8, v8, ks, vs = quantize_kv_fp8(k, v)
+        pools["fp8"] = (k8, v8, dict(k_scale=ks, v_scale=vs))
+    if {"int4", "triton-int4"} & set(kinds):
+        pools["int4"] = (quantize_pool_int4(k), quantize_pool_int4(v), {})
+    for kind in kinds:
+        if kind == "cudnn":
+            continue
+        fmt = kind.removeprefix("triton-")
+        if fmt not in pools:
+            raise SystemExit(f"--kinds: unknown kind {kind!r}")
+        kp, vp, scales = pools[fmt]
+        backend = "triton" if kind.startswith("triton-") else "auto"
         for _ in range(args.calls):
-            paged_decode_attention(q, k8, v8, tables, lens, k_scale=ks, v_scale=vs, validate=False)
-    if "int4" in kinds:
-        k4, v4 = quantize_pool_int4(k), quantize_pool_int4(v)
-        for _ in range(args.calls):
-            paged_decode_int4(q, k4, v4, tables, lens, validate=False)
-    for fmt in ("int4", "fp8"):
-        if f"rdq-{fmt}" in kinds:
-            from kernels.decode.backends import default_rdq_config
-            from kernels.decode.rdq import rdq_paged_decode
-            from scripts.tuning.device_rows import quantized_pools
-
-            kq, vq, kw = quantized_pools(fmt, k, v)
-            for _ in range(args.calls):
-                rdq_paged_decode(q, kq, vq, tables, lens, validate=False, config=default_rdq_config(fmt),
-                                 num_splits=args.splits, **kw)
+            paged_decode_attention(q, kp, vp, tables, lens, validate=False, num_splits=args.splits, backend=backend,
+                                   **scales)
     if "cudnn" in kinds:
         import torch.nn.functional as F
 

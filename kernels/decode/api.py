@@ -1,0 +1,112 @@
+"""The one decode entry: ``paged_decode_attention`` takes any pool this package stores (16-bit,
+FP8, INT4) and runs the kernel :mod:`kernels.decode.backends` picks for it.
+
+The Triton kernels (:mod:`kernels.decode.paged` for 16-bit and FP8 pools, :mod:`kernels.decode.int4`
+for INT4 ones) run everywhere, the interpreter included; the register-dequant kernel
+(:mod:`kernels.decode.rdq`) runs on Hopper and is imported only when a call runs it. Each
+kernel plans its launch once per call signature (its split count, merge and compile-time
+values: :mod:`kernels.decode.launch`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.cache.int4 import Int4Pool
+from kernels.decode.backends import choose_kernel, default_rdq_config
+from kernels.decode.config import DecodeConfig
+from kernels.decode.int4 import triton_int4_decode
+from kernels.decode.paged import decode_num_splits, triton_decode
+from kernels.decode.rdq_config import RdqConfig
+
+__all__ = ["paged_decode_attention", "decode_num_splits"]
+
+
+def paged_decode_attention(
+    q: torch.Tensor,
+    k: torch.Tensor | Int4Pool,
+    v: torch.Tensor | Int4Pool,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    *,
+    sm_scale: float | None = None,
+    k_scale: float | torch.Tensor | None = None,
+    v_scale: float | torch.Tensor | None = None,
+    num_splits: int | None = None,
+    config: DecodeConfig | RdqConfig | None = None,
+    dequant: int | None = None,
+    validate: bool = True,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Decode attention of one query token per sequence over a paged KV cache.
+
+    ``backend="auto"`` runs FP8 and INT4 pools through the register-dequant warp-MMA kernel where
+    it applies and was measured faster (:func:`kernels.decode.backends.rdq_preferred`: Hopper,
+    head dim 128, pools on the 16-byte grid), everything else through the Triton kernels;
+    ``"triton"`` and ``"rdq"`` force one (the rdq kernel refuses where it cannot run: no Hopper
+    GPU, a 16-bit pool).
+
+    Parameters
+    ----------
+    q : Tensor [batch, n_q_heads, head_dim], bf16 or fp16, last dim contiguous
+        The new token's query for every sequence.
+    k, v : Tensor [num_blocks, n_kv_heads, block_size, head_dim], or Int4Pool
+        The pool of KV blocks: the dtype of ``q`` or ``torch.float8_e4m3fn``, last dim contiguous;
+        or INT4 pools (``data [num_blocks, n_kv_heads, block_size, head_dim // 2]`` uint8 and
+        ``scales [.., block_size, 2]`` fp16, :func:`kernels.cache.int4.quantize_pool_int4`).
+        ``n_q_heads`` must be a multiple of ``n_kv_heads`` (MHA, GQA, MQA).
+    block_tables : Tensor [batch, max_blocks_per_seq], int32
+        ``block_tables[b, j]`` is the pool index of sequence ``b``'s ``j``-th block. Entries past
+        a sequence's last block are never read (any value, e.g. -1).
+    seq_lens : Tensor [batch], int32
+        Tokens in each sequence, ``1 <= seq_lens[b] <= max_blocks_per_seq * block_size``.
+    sm_scale : float, optional
+        Softmax scale; default ``1 / sqrt(head_dim)``.
+    k_scale, v_scale : float or Tensor [1] or [n_kv_heads] (fp32), optional
+        FP8 dequantisation scales (real value = stored value * scale); only for an FP8 cache,
+        default 1. INT4 pools carry their own.
+    num_splits : int, optional
+        Parts each sequence is cut into (split-KV); default: the kernel's plan for the shape.
+    config : DecodeConfig or RdqConfig, optional
+        Launch parameters of the Triton kernels or of the rdq kernel (which one also picks the
+        kernel); default: the measured default of the kernel that runs.
+    dequant : {0, 1}, optional
+        INT4 on the Triton kernel: 0, integer -> fp16 converts; 1 (default), the fp16 bit trick.
+    validate : bool
+        Check table entries and lengths against the pool (costs one device-to-host sync). Shapes,
+        dtypes and strides are always checked (once per call signature). The benchmark validates
+        once, then times with False.
+    backend : {"auto", "triton", "rdq"}
+        Which kernel runs (see above).
+
+    Returns
+    -------
+    Tensor [batch, n_q_heads, head_dim], dtype of ``q``
+
+    Raises
+    ------
+    ValueError
+        For wrong dtypes, shapes, strides, devices, scales, table entries outside the pool,
+        lengths beyond a table, head counts that do not divide, or options of another kernel
+        than the forced one; before any launch.
+    """
+    int4 = isinstance(k, Int4Pool) or isinstance(v, Int4Pool)
+    if int4:
+        if k_scale is not None or v_scale is not None:
+            raise ValueError("k_scale and v_scale are for FP8 caches; INT4 pools carry their own scales")
+        kernel = choose_kernel(q, k, v, backend=backend, config=config, dequant=dequant)
+        if kernel == "triton":
+            return triton_int4_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, num_splits=num_splits,
+                                      config=config, dequant=1 if dequant is None else dequant, validate=validate)
+    else:
+        if dequant is not None:
+            raise ValueError("dequant is for INT4 pools")
+        kernel = choose_kernel(q, k, v, backend=backend, config=config, dequant=None)
+        if kernel == "triton":
+            return triton_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, k_scale=k_scale,
+                                 v_scale=v_scale, num_splits=num_splits, config=config, validate=validate)
+    from kernels.decode.rdq import rdq_decode  # Hopper only: not on the path of the other kernels
+
+    return rdq_decode(q, k, v, block_tables, seq_lens, k_scale=k_scale, v_scale=v_scale, sm_scale=sm_scale,
+                      num_splits=num_splits, config=config or default_rdq_config("int4" if int4 else "fp8"),
+                      validate=validate)
