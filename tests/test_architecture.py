@@ -205,7 +205,7 @@ _APP_AND_LIBRARY_DIRS = ("kernels", "ui", "pages", "planner", "sizing", "simulat
 def test_decode_has_one_public_entry():
     import kernels.decode.api as api
 
-    assert api.__all__ == ["paged_decode_attention", "decode_num_splits"]
+    assert api.__all__ == ["paged_decode_attention", "DecodePlan", "decode_plan"]
     offenders = []
     for folder in _APP_AND_LIBRARY_DIRS:
         for path in sorted((ROOT / folder).rglob("*.py")):

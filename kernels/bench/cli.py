@@ -23,8 +23,9 @@ from inputs.errors import InputError, shown
 from kernels.bench.records import write_bench_json
 from kernels.bench.text_report import format_report
 from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
+from kernels.bench.variants import DECODE_VARIANTS, variant_names
 
-__all__ = ["PROG", "build_parser", "config_from_args", "main", "token_list", "head_pairs"]
+__all__ = ["PROG", "build_parser", "config_from_args", "main", "token_list", "head_pairs", "variant_list"]
 
 PROG = "python -m kernels.bench"
 MAX_TOKENS = 2**20  # 1M tokens: past any context this benchmark's GPUs can hold for one sequence
@@ -62,6 +63,16 @@ def token_list(bound: Bound) -> Callable[[str], tuple[int, ...]]:
 
     parse.__name__ = bound.field
     return parse
+
+
+def variant_list(text: str) -> tuple[str, ...]:
+    """An argparse ``type``: tuning variants by name or KV format (:func:`kernels.bench.variants.variant_names`)."""
+    if len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected variant names, got {len(text)} characters")
+    try:
+        return variant_names(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace(repr(text), shown(text))) from None
 
 
 def head_pairs(text: str) -> tuple[tuple[int, int], ...]:
@@ -102,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rep-ms", type=arg_type(REP_MS),
                    help=f"do_bench repetition time per measurement ({help_range(REP_MS)})")
     p.add_argument("--eager", action="store_true", help="decode: time plain calls, no CUDA graphs")
+    p.add_argument("--no-peers", action="store_true", help="decode: skip cuDNN's and FlashInfer's paged kernels")
+    p.add_argument("--variant", type=variant_list, metavar="NAMES",
+                   help="decode: also time these tuning variants (names, or bf16/fp8/int4 for all of a format)")
+    p.add_argument("--list-variants", action="store_true", help="print the tuning variants' names and exit")
     return p
 
 
@@ -119,7 +134,9 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
                         ("rep_ms", "rep_ms")):
         if getattr(args, option):
             changes[fld] = getattr(args, option)
-    for flag, fld in (("no_naive", "naive"), ("no_fp8", "decode_fp8"), ("eager", "cuda_graphs")):
+    if args.variant:
+        changes["variants"] = args.variant
+    for flag, fld in (("no_naive", "naive"), ("no_fp8", "decode_fp8"), ("eager", "cuda_graphs"), ("no_peers", "peers")):
         if getattr(args, flag):
             changes[fld] = False
     return replace(cfg, **changes)
@@ -127,6 +144,10 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
 
 def _run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_variants:
+        for name, v in DECODE_VARIANTS.items():
+            print(f"{name:56s} {'default ' if v.default else '        '}{v.config}")
+        return 0
     if not torch.cuda.is_available():
         print("kernels.bench: no CUDA GPU here; the benchmark needs one (tests run the kernels "
               "under the Triton interpreter instead).", file=sys.stderr)

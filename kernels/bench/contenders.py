@@ -30,6 +30,7 @@ import torch.nn.functional as F  # noqa: E402
 from kernels.bench import peers  # noqa: E402
 from kernels.bench.records import DecodeShape, PrefillShape  # noqa: E402
 from kernels.bench.timing import Rotation, sdpa_context  # noqa: E402
+from kernels.bench.variants import VARIANT_PREFIX, DecodeVariant  # noqa: E402
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
 from kernels.cache.int4 import dequantize_int4, quantize_pool_int4  # noqa: E402
 from kernels.cache.paged import quantize_kv_fp8  # noqa: E402
@@ -39,7 +40,7 @@ from kernels.reference.dense import naive_attention_native  # noqa: E402
 from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes  # noqa: E402
 
 __all__ = ["DTYPES", "SDPA_BACKENDS", "DecodeInputs", "Timed", "DecodeContender", "DECODE", "PrefillInputs",
-           "PrefillContender", "PREFILL"]
+           "PrefillContender", "PREFILL", "variant_contender"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION",
@@ -246,6 +247,34 @@ DECODE: dict[str, DecodeContender] = {c.name: c for c in (
     DecodeContender(name="naive", layout=_CONTIGUOUS, kv_bytes_per_value=2, build=_naive_on_contiguous,
                     prepare=_contiguous, prepares="the contiguous KV", graph=False),
 )}
+
+
+def variant_contender(variant: DecodeVariant) -> DecodeContender:
+    """A tuning variant as a decode contender: the one entry with the variant's config, on the
+    shape's cache (bf16) or on the harness's FP8 or INT4 copy of it, checked like the shipped row."""
+
+    def build(x: DecodeInputs, pools: tuple | None) -> Timed:
+        q, tables, lens, rot, cfg = x.q, x.tables, x.lens, x.rot, variant.config
+        if variant.kv == "bf16":
+            kp, vp, scales, ref = x.k, x.v, {}, None
+        elif variant.kv == "fp8":
+            kp, vp, ks, vs = pools
+            scales, ref = dict(k_scale=ks, v_scale=vs), x.reference(kp, vp, ks, vs)
+        else:
+            kp, vp = pools
+            scales, ref = {}, x.reference(dequantize_int4(kp), dequantize_int4(vp))
+
+        def check() -> tuple[float, str]:
+            err, note = x.err_of(paged_decode_attention(q[0], kp, vp, tables[0], lens, config=cfg, **scales), ref)
+            return err, note if ref is None else f"vs fp32 reference on the dequantised {variant.kv.upper()} cache"
+
+        return Timed(run=lambda: paged_decode_attention(q[(i := rot.next())], kp, vp, tables[i], lens, config=cfg,
+                                                        validate=False, **scales), check=check)
+
+    prepare = {"bf16": None, "fp8": _fp8_pool, "int4": _int4_pool}[variant.kv]
+    return DecodeContender(name=VARIANT_PREFIX + variant.name, layout="paged" if variant.kv == "bf16" else
+                           f"paged, {variant.kv}", kv_bytes_per_value=2 if variant.kv == "bf16" else 1, build=build,
+                           prepare=prepare, prepares=f"the {variant.kv.upper()} cache", int4=variant.kv == "int4")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -21,8 +21,9 @@ ensure_triton_backend()  # before the kernel modules: the interpreter is chosen 
 import torch  # noqa: E402
 
 from kernels.bench.contenders import (  # noqa: E402
-    DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs,
+    DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs, variant_contender,
 )
+from kernels.bench.variants import DECODE_VARIANTS  # noqa: E402
 from kernels.bench import peers  # noqa: E402
 from kernels.bench.mixed import bench_mixed_shape, mixed_batches  # noqa: E402
 from kernels.bench.records import (  # noqa: E402
@@ -33,7 +34,7 @@ from kernels.bench.timing import (  # noqa: E402
     Rotation, eager_ms, environment, free_cuda_memory, is_oom, measure, measure_ceilings, rotations,
 )
 from kernels.prefill.flash import flash_attention_forward  # noqa: E402
-from kernels.decode.api import decode_num_splits  # noqa: E402
+from kernels.decode.api import decode_plan  # noqa: E402
 from kernels.reference.dense import naive_attention, naive_attention_native  # noqa: E402
 from kernels.theory import decode_kv_bytes, prefill_flops  # noqa: E402
 from units import cdiv  # noqa: E402
@@ -79,6 +80,7 @@ class SweepConfig:
     rep_ms: float = 40.0
     cuda_graphs: bool = True  # decode: time CUDA-graph replays (eager figure kept alongside)
     peers: bool = True  # decode: the CUDA libraries' paged kernels (kernels.bench.peers), where they import
+    variants: tuple[str, ...] = ()  # decode: tuning variants timed after the table (kernels.bench.variants)
 
     @classmethod
     def quick(cls) -> "SweepConfig":
@@ -196,10 +198,12 @@ def bench_decode_shape(shape: DecodeShape, ceilings: Ceilings, *, config: SweepC
     try:
         x = _decode_inputs(shape, n_rot, seed)
         # The bf16 kernel's split count, as the timed calls plan it (graph replays plan apart).
-        splits = decode_num_splits(x.q[0], x.k, x.v, x.tables[0], x.lens, in_graph=config.cuda_graphs)
+        splits = decode_plan(x.q[0], x.k, x.v, x.tables[0], x.lens, in_graph=config.cuda_graphs).num_splits
         for name, contender in DECODE.items():  # the table's order is the report's
             if name in wanted:
                 results.append(_bench_decode_contender(contender, x, m_args))
+        for name in config.variants:
+            results.append(_bench_decode_contender(variant_contender(DECODE_VARIANTS[name]), x, m_args))
     finally:
         if x is not None:
             x.state.clear()

@@ -5,21 +5,23 @@ The Triton kernels (:mod:`kernels.decode.paged` for 16-bit and FP8 pools, :mod:`
 for INT4 ones) run everywhere, the interpreter included; the register-dequant kernel
 (:mod:`kernels.decode.rdq`) runs on Hopper and is imported only when a call runs it. Each
 kernel plans its launch once per call signature (its split count, merge and compile-time
-values: :mod:`kernels.decode.launch`).
+values: :mod:`kernels.decode.launch`); :func:`decode_plan` says what a call would run.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 from kernels.cache.int4 import Int4Pool
 from kernels.decode.backends import choose_kernel, default_rdq_config
 from kernels.decode.config import DecodeConfig
-from kernels.decode.int4 import triton_int4_decode
-from kernels.decode.paged import decode_num_splits, triton_decode
+from kernels.decode.int4 import default_int4_config, int4_num_splits, triton_int4_decode
+from kernels.decode.paged import decode_num_splits, default_config, triton_decode
 from kernels.decode.rdq_config import RdqConfig
 
-__all__ = ["paged_decode_attention", "decode_num_splits"]
+__all__ = ["paged_decode_attention", "DecodePlan", "decode_plan"]
 
 
 def paged_decode_attention(
@@ -110,3 +112,39 @@ def paged_decode_attention(
     return rdq_decode(q, k, v, block_tables, seq_lens, k_scale=k_scale, v_scale=v_scale, sm_scale=sm_scale,
                       num_splits=num_splits, config=config or default_rdq_config("int4" if int4 else "fp8"),
                       validate=validate)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodePlan:
+    """What a :func:`paged_decode_attention` call with these inputs and options runs: the kernel
+    (``"triton"`` or ``"rdq"``), its launch configuration and the split count it cuts each
+    sequence into."""
+
+    kernel: str
+    config: DecodeConfig | RdqConfig
+    num_splits: int
+
+
+def decode_plan(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor | Int4Pool, block_tables: torch.Tensor,
+                seq_lens: torch.Tensor, *, config: DecodeConfig | RdqConfig | None = None, dequant: int | None = None,
+                backend: str = "auto", in_graph: bool = False) -> DecodePlan:
+    """The plan of a call (arguments as :func:`paged_decode_attention`), made eagerly or
+    (``in_graph``) as inside a CUDA graph capture, where the Triton kernels may merge otherwise
+    and so plan another split count. Nothing is launched; on a GPU the kernel is compiled, as the
+    call itself would."""
+    int4 = isinstance(k, Int4Pool) or isinstance(v, Int4Pool)
+    kernel = choose_kernel(q, k, v, backend=backend, config=config, dequant=dequant)
+    if kernel == "rdq":
+        from kernels.decode.rdq import rdq_plan
+
+        cfg = config or default_rdq_config("int4" if int4 else "fp8")
+        return DecodePlan(kernel="rdq", config=cfg, num_splits=rdq_plan(q, k, v, block_tables, seq_lens, config=cfg)[0])
+    head_dim = q.shape[-1]
+    if int4:
+        cfg = config or default_int4_config(head_dim)
+        splits = int4_num_splits(q, k, v, block_tables, seq_lens, config=cfg, dequant=1 if dequant is None else dequant,
+                                 in_graph=in_graph)
+    else:
+        cfg = config or default_config(head_dim, k.dtype)
+        splits = decode_num_splits(q, k, v, block_tables, seq_lens, config=cfg, in_graph=in_graph)
+    return DecodePlan(kernel="triton", config=cfg, num_splits=splits)

@@ -53,7 +53,7 @@ from kernels.decode.merge import (  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode.paged import _split_range, _write_output, split_kernel_constexprs  # noqa: E402
 
-__all__ = ["triton_int4_decode", "default_int4_config"]
+__all__ = ["triton_int4_decode", "int4_num_splits", "default_int4_config"]
 
 
 @triton.jit
@@ -189,17 +189,11 @@ def default_int4_config(head_dim: int) -> DecodeConfig:
     return DecodeConfig(block_n=128, num_warps=4, num_stages=3)
 
 
-def triton_int4_decode(
-    q: torch.Tensor, k: Int4Pool, v: Int4Pool, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
-    sm_scale: float | None = None, num_splits: int | None = None, config: DecodeConfig | None = None,
-    dequant: int = 1, validate: bool = True,
-) -> torch.Tensor:
-    """This module's kernel on INT4 pools (arguments as :func:`kernels.decode.api.paged_decode_attention`,
-    which is how callers reach it).
-
-    ``dequant``: 0, integer -> fp16 convert; 1 (the default, 1.4-1.5x faster on the H200), the
-    fp16 bit trick (see the module docstring).
-    """
+def _prepare(q, k, v, block_tables, seq_lens, sm_scale, num_splits, config, dequant: int, validate: bool, *,
+             in_graph: bool | None = None) -> tuple:
+    """Checks, the split plan and merge, the arguments' and compile-time values' builders and the
+    output of one call (``in_graph``: plan as inside a CUDA graph capture or not; default: whether
+    one is under way)."""
     key = signature(q, k.data, k.scales, v.data, v.scales, block_tables, seq_lens) \
         if isinstance(k, Int4Pool) and isinstance(v, Int4Pool) else None
     checked_once(key, lambda: check_int4_inputs(q, k, v, block_tables, seq_lens))
@@ -232,12 +226,35 @@ def triton_int4_decode(
                              lambda trial: _paged_decode_int4_kernel.warmup(*args(trial, inline).values(), grid=trial.grid,
                                                                             **constexprs(trial, inline)))[0]
 
-    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device))
+    plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
+    return plan, inline, args, constexprs, out
+
+
+def triton_int4_decode(
+    q: torch.Tensor, k: Int4Pool, v: Int4Pool, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
+    sm_scale: float | None = None, num_splits: int | None = None, config: DecodeConfig | None = None,
+    dequant: int = 1, validate: bool = True,
+) -> torch.Tensor:
+    """This module's kernel on INT4 pools (arguments as :func:`kernels.decode.api.paged_decode_attention`,
+    which is how callers reach it).
+
+    ``dequant``: 0, integer -> fp16 convert; 1 (the default, 1.4-1.5x faster on the H200), the
+    fp16 bit trick (see the module docstring).
+    """
+    plan, inline, args, constexprs, out = _prepare(q, k, v, block_tables, seq_lens, sm_scale, num_splits, config,
+                                                   dequant, validate)
     launch_args, launch_constexprs = args(plan, inline), constexprs(plan, inline)
     _launch_int4_kernel(plan.grid, launch_args.values(), launch_constexprs)
     if plan.split and not launch_constexprs["INLINE_MERGE"]:
         merge_splits(launch_args.part_out, launch_args.part_lse, out, pdl=launch_constexprs["EARLY_MERGE_LAUNCH"])
     return out
+
+
+def int4_num_splits(q: torch.Tensor, k: Int4Pool, v: Int4Pool, block_tables: torch.Tensor, seq_lens: torch.Tensor, *,
+                    config: DecodeConfig | None = None, dequant: int = 1, in_graph: bool = False) -> int:
+    """The split count :func:`triton_int4_decode` would use for this call, eagerly or inside a CUDA
+    graph capture (nothing is launched; on a GPU the kernel is compiled, as the call would)."""
+    return _prepare(q, k, v, block_tables, seq_lens, None, None, config, dequant, False, in_graph=in_graph)[0].num_splits
 
 
 _launch_int4_kernel = DirectLauncher(_paged_decode_int4_kernel)  # eager calls are host-bound at batch 1

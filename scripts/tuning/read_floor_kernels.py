@@ -159,8 +159,7 @@ def main() -> None:
     import torch.nn.functional as F
 
     from kernels.bench.timing import graph_ms, sdpa_context
-    from kernels.decode.api import decode_num_splits, paged_decode_attention
-    from kernels.decode.config import default_config
+    from kernels.decode.api import decode_plan, paged_decode_attention
 
     ap = argparse.ArgumentParser(description="the paged-read floor against the decode kernel and cuDNN")
     ap.add_argument("--batch", type=int, default=32)
@@ -175,8 +174,8 @@ def main() -> None:
     tables = torch.randperm(blocks, device="cuda", generator=g).to(torch.int32).reshape(b, L // bs)
     lens = torch.full((b,), L, dtype=torch.int32, device="cuda")
     q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=g)
-    splits = decode_num_splits(q, k, v, tables, lens, in_graph=True)
-    cfg = default_config(d, k.dtype)
+    plan = decode_plan(q, k, v, tables, lens, in_graph=True)
+    splits, cfg = plan.num_splits, plan.config
     folds = paged_read(k, v, tables, L, splits, (cfg.block_n, cfg.num_warps, cfg.num_stages))
     assert torch.equal(xor_rows(folds), expected_fold(k, v, tables, L)), "the read missed a word"
     kc = torch.stack([torch.cat([k[tables[i].long(), h] for h in range(hkv)]).reshape(hkv, L, d) for i in range(b)])

@@ -117,3 +117,24 @@ def test_auto_runs_rdq_for_quantised_caches_and_triton_for_bf16():
     assert torch.equal(paged_decode_attention(q, *args4), paged_decode_attention(q, *args4, backend="rdq"))
     args16 = (c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
     assert torch.equal(paged_decode_attention(q, *args16), paged_decode_attention(q, *args16, backend="triton"))
+
+
+def test_the_plan_names_the_kernel_its_config_and_the_split_count_the_call_uses():
+    from kernels.decode.api import decode_plan
+    from kernels.decode.config import default_config
+    from kernels.decode.int4 import default_int4_config
+    from kernels.decode.paged import decode_num_splits
+
+    q, c = _cache([5, 700], device="cpu")
+    args = (c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
+    plan = decode_plan(q, *args)
+    assert plan.kernel == "triton" and plan.config == default_config(128, torch.bfloat16)
+    assert plan.num_splits == decode_num_splits(q, *args) >= 1
+    assert decode_plan(q, *args, config=DecodeConfig(block_n=16)).config.block_n == 16
+    int4 = quantize_int4(c)
+    plan4 = decode_plan(q, int4.k, int4.v, int4.block_tables, int4.seq_lens)
+    assert plan4.kernel == ("rdq" if hopper_gluon_available() else "triton")
+    if not hopper_gluon_available():
+        assert plan4.config == default_int4_config(128) and plan4.num_splits >= 1
+        with pytest.raises(ValueError, match="capability 9.x"):
+            decode_plan(q, int4.k, int4.v, int4.block_tables, int4.seq_lens, backend="rdq")
