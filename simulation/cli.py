@@ -16,6 +16,7 @@ import numpy as np
 from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
+from simulation.run_budget import Deadline, RunEstimate, check_estimate, prefix_estimate, workload_estimate
 from inputs.uploads import dumps_strict
 from simulation.allocators import AddressSpace
 from simulation.memory import GIB, KvBudget, MemoryBreakdown
@@ -330,6 +331,12 @@ def _prefix_report(result: TimelineResult) -> dict[str, object]:
     }
 
 
+def _estimate(workload: Workload, config: TimelineConfig) -> RunEstimate:
+    segments = sum(map(len, workload.content.segments)) if workload.content is not None else 0
+    return workload_estimate(workload.prompt_tokens, segments=segments, block_size=config.block_size,
+                             prefix_caching=config.prefix_caching)
+
+
 def _timeline(args: argparse.Namespace) -> dict[str, object]:
     rng = np.random.default_rng(args.seed)
     workload = _workload(args, DEFAULT_TIMELINE_REQUESTS, rng)
@@ -339,7 +346,8 @@ def _timeline(args: argparse.Namespace) -> dict[str, object]:
         raise _bad("--rate", "the workload has no arrival times: give --rate (requests/s)")
     config = _engine_config(args, allocation=args.allocator, preemption=args.preempt,
                             prefix_caching=args.prefix_caching)
-    result = run_timeline(workload, config)
+    check_estimate(_estimate(workload, config), requests="--n", block_size="--block-size")
+    result = run_timeline(workload, config, deadline=Deadline(field="--n"))
     return {
         "workload": workload.source, "requests": workload.size, "budget_tokens": config.budget.tokens,
         "allocator": config.allocation.value, "preempt": config.preemption.value,
@@ -365,6 +373,10 @@ def _prefix(args: argparse.Namespace) -> dict[str, object]:
     else:
         if args.system_prompt_tokens + args.user_tokens < 1:
             raise _bad("--user-tokens", "a prompt needs a token: give --system-prompt-tokens or --user-tokens")
+        check_estimate(prefix_estimate(requests=args.requests or DEFAULT_TIMELINE_REQUESTS, turns=args.turns,
+                                       system_tokens=args.system_prompt_tokens, user_tokens=args.user_tokens,
+                                       output_tokens=args.output_tokens, block_size=args.block_size),
+                       requests="--requests", turns="--turns", block_size="--block-size")
         scenario = PrefixScenario(requests=args.requests or DEFAULT_TIMELINE_REQUESTS,
                                   system_tokens=args.system_prompt_tokens, user_tokens=args.user_tokens,
                                   output_tokens=args.output_tokens, prefixes=args.prefixes, turns=args.turns,
@@ -372,7 +384,8 @@ def _prefix(args: argparse.Namespace) -> dict[str, object]:
         workload = prefix_workload(scenario, rng)
     config = _engine_config(args, allocation=Allocation.PAGED.value, preemption=Preemption.RECOMPUTE.value,
                             prefix_caching=True)
-    result = run_timeline(workload, config)
+    check_estimate(_estimate(workload, config), requests="--requests", turns="--turns", block_size="--block-size")
+    result = run_timeline(workload, config, deadline=Deadline(field="--requests"))
     return {
         "workload": workload.source, "requests": workload.size, "budget_tokens": config.budget.tokens,
         "block_size": config.block_size, **_prefix_report(result), **_engine_report(result),

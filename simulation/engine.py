@@ -25,17 +25,16 @@ from simulation.content import block_hashes, output_segment
 from simulation.engine_sums import Accumulator, paged_sums, series_from_samples
 from simulation.memory import MemoryBreakdown
 from simulation.policies import clip_to_context, reservation_tokens
+from simulation.run_budget import DEADLINE_EVERY, Deadline
 from simulation.timeline_types import Allocation, Preemption, PrefixStats, TimelineConfig, TimelineResult
 from simulation.workloads import Workload
 from units import cdiv
 
 # vLLM keeps 1 % of the blocks free at admission so that running sequences can grow.
 PAGED_WATERMARK = 0.01
-# Longest jump over decode steps; None = unlimited. Tests set it to 1 to check the closed-form jumps
-# against plain step-by-step simulation.
+# Longest jump over decode steps (None: unlimited; tests set 1 to check the closed forms step by step).
 JUMP_LIMIT: int | None = None
-# How often (in completed requests, as a share of all) the progress callback is called.
-PROGRESS_EVERY = 0.01
+PROGRESS_EVERY = 0.01  # how often, in completed requests as a share of all, progress is reported
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,10 +54,10 @@ class _Admission:
 class Engine:
     """State of one run."""
 
-    def __init__(self, workload: Workload, config: TimelineConfig,
-                 progress: Callable[[float], None] | None) -> None:
+    def __init__(self, workload: Workload, config: TimelineConfig, progress: Callable[[float], None] | None,
+                 deadline: Deadline | None = None) -> None:
         self.config = c = config
-        self.progress = progress
+        self.progress, self.deadline = progress, deadline
         prompt, output, _ = clip_to_context(workload, c.max_context)
         self.prompt, self.output, self.final = prompt, output, prompt + output
         self.n = n = workload.size
@@ -537,7 +536,9 @@ class Engine:
     def run(self) -> TimelineResult:
         external = self._external()
         self.samples.append((0.0, 0, 0, 0, external, self.budget - external, 0, 0, 0, 0, 0.0, 0))
-        while self.completed < self.to_run:
+        for loop in itertools.takewhile(lambda _: self.completed < self.to_run, itertools.count()):
+            if self.deadline is not None and loop % DEADLINE_EVERY == 0:
+                self.deadline.check(self.completed / max(1, self.to_run))
             self._enqueue_arrivals()
             if self.run_id.size == 0 and not self.queue:
                 upcoming = self._next_arrival()

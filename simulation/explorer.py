@@ -19,6 +19,7 @@ from simulation.snapshot import (BlockSizeSweep, PolicyRow, SnapshotConfig, Snap
                                  compare_policies, run_snapshot, sweep_block_sizes)
 from simulation.policies import ReservationPolicy, clip_to_context, reservation_tokens
 from simulation.prefix_workloads import PrefixScenario, prefix_workload
+from simulation.run_budget import Deadline, RunBudgetExceeded, check_estimate, prefix_estimate
 from simulation.timeline import Allocation, CpuTierConfig, TimelineConfig, TimelineResult, run_timeline
 from simulation.traces import TRACES_DIR, load_trace_csv, shipped_trace_names
 from simulation.workloads import Fixed, LogNormal, TotalLengthSpec, Uniform, Workload, poisson_arrivals, preset
@@ -177,12 +178,38 @@ class PrefixView:
     sweep_evictions: np.ndarray  # (budgets, blocks)
 
 
-def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int) -> PrefixView:
-    """Prefix caching over time on ``scenario``'s requests under ``config`` (paged, caching on)."""
+# The prefix tab's runs together must finish in a page's few seconds.
+PREFIX_VIEW_SECONDS = 12.0
+
+
+def prefix_view_runs(config: TimelineConfig) -> int:
+    """Runs :func:`prefix_view` makes: the run as set, the same without the CPU tier, the sweep."""
+    blocks = set(PREFIX_SWEEP_BLOCKS) | {config.block_size}
+    return 1 + (config.cpu_tier is not None) + len(blocks) * len(PREFIX_SWEEP_BUDGET_SHARES)
+
+
+def check_prefix_view(scenario: PrefixScenario, config: TimelineConfig, *, requests: str, turns: str,
+                      block_size: str) -> None:
+    """Refuse a prefix tab whose runs would not finish in ``PREFIX_VIEW_SECONDS``, naming the
+    input that drives the cost by the caller's labels (:func:`simulation.run_budget.check_estimate`)."""
+    estimate = prefix_estimate(requests=scenario.requests, turns=scenario.turns, system_tokens=scenario.system_tokens,
+                               user_tokens=scenario.user_tokens, output_tokens=scenario.output_tokens,
+                               block_size=config.block_size)
+    check_estimate(estimate, requests=requests, turns=turns, block_size=block_size, runs=prefix_view_runs(config),
+                   max_seconds=PREFIX_VIEW_SECONDS)
+
+
+def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int, *,
+                deadline_field: str = "requests") -> PrefixView:
+    """Prefix caching over time on ``scenario``'s requests under ``config`` (paged, caching on);
+    all its runs share one deadline (:class:`simulation.run_budget.Deadline`, naming
+    ``deadline_field``)."""
+    deadline = Deadline(2 * PREFIX_VIEW_SECONDS, field=deadline_field)
     workload = prefix_workload(scenario, np.random.default_rng(seed))
     config = replace(config, allocation=Allocation.PAGED, prefix_caching=True)
-    result = run_timeline(workload, config)
-    without = None if config.cpu_tier is None else run_timeline(workload, replace(config, cpu_tier=None))
+    result = run_timeline(workload, config, deadline=deadline)
+    without = None if config.cpu_tier is None else run_timeline(workload, replace(config, cpu_tier=None),
+                                                                 deadline=deadline)
     blocks = tuple(sorted(set(PREFIX_SWEEP_BLOCKS) | {config.block_size}))
     budgets = tuple(sorted({max(1, int(share * config.budget.tokens)) for share in PREFIX_SWEEP_BUDGET_SHARES}))
     rates = np.zeros((len(budgets), len(blocks)))
@@ -193,7 +220,10 @@ def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int) -> 
             if tokens // block < 2:
                 continue  # not even two blocks: nothing to cache
             try:
-                run = run_timeline(workload, replace(config, budget=budget, block_size=block, cpu_tier=None))
+                run = run_timeline(workload, replace(config, budget=budget, block_size=block, cpu_tier=None),
+                                   deadline=deadline)
+            except RunBudgetExceeded:
+                raise
             except ValueError:
                 continue
             rates[i, j], evictions[i, j] = run.prefix.hit_rate, run.prefix.evictions

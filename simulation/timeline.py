@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from simulation.engine import Engine
+from simulation.run_budget import Deadline
 from simulation.timeline_types import (DEFAULT_CPU_LINK_GBPS, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
                                        DEFAULT_SERIES_POINTS, DEFAULT_SWAP_TOKENS_PER_S, Allocation, CpuTierConfig,
                                        Preemption, PrefixStats, TimelineConfig, TimelineResult, TimelineSeries)
@@ -43,7 +44,7 @@ __all__ = ["Allocation", "CpuTierConfig", "Preemption", "PrefixStats", "Timeline
 
 
 def run_timeline(workload: Workload, config: TimelineConfig, *,
-                 progress: Callable[[float], None] | None = None) -> TimelineResult:
+                 progress: Callable[[float], None] | None = None, deadline: Deadline | None = None) -> TimelineResult:
     """Simulate continuous batching of ``workload`` (which must have ``arrival_s``).
 
     Parameters
@@ -55,7 +56,10 @@ def run_timeline(workload: Workload, config: TimelineConfig, *,
     config : TimelineConfig
     progress : callable, optional
         Called with the share of requests finished (0–1) about every 1 %.
+    deadline : Deadline, optional
+        A wall-clock bound (:class:`simulation.run_budget.Deadline`): past it the run stops with
+        :class:`simulation.run_budget.RunBudgetExceeded`.
     """
     if workload.arrival_s is None:
         raise ValueError("the workload has no arrival times: add them (poisson_arrivals) or use a trace")
-    return Engine(workload, config, progress).run()
+    return Engine(workload, config, progress, deadline).run()

@@ -9,8 +9,8 @@ from dataclasses import replace
 import streamlit as st
 
 from planner.step_time import paper_step_cost
-from simulation.explorer import (BlockTableSettings, SharingSettings, block_table_view, cpu_tier, prefix_view,
-                                 sharing_view, token_address)
+from simulation.explorer import (BlockTableSettings, SharingSettings, block_table_view, check_prefix_view, cpu_tier,
+                                 prefix_view, sharing_view, token_address)
 from simulation.paper_figure2 import NOTE_THRESHOLD_PP, Figure2Reproduction, reproduce_figure2
 from simulation.prefix_workloads import PrefixScenario
 from simulation.timeline import TimelineConfig
@@ -28,7 +28,7 @@ def cached_figure2() -> Figure2Reproduction:
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def cached_prefix(scenario: PrefixScenario, config: TimelineConfig, seed: int):
-    return prefix_view(scenario, config, seed)
+    return prefix_view(scenario, config, seed, deadline_field="Requests")
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -62,6 +62,8 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
             tier = cpu_tier(controls.cpu_gib, controls.link_gbps)
     try:
         config = replace(engine, cpu_tier=tier, prefix_caching=True, allocation="paged")
+        check_prefix_view(controls.scenario, config, requests="Requests", turns="Turns per conversation",
+                          block_size="Block size (tokens)")
         view = cached_prefix(controls.scenario, config, seed)
     except ValueError as err:
         st.error(f":material/error: {str(err).splitlines()[0]}")
