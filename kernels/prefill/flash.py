@@ -297,7 +297,7 @@ class FlashConfig:
             raise ValueError(f"maxnreg must be in 24..255 (or None), got {self.maxnreg}")
 
 
-# Per-shape table, tuned on an H200 (benchmarks/results/prefill-tune-v1..v3-h200.json).
+# Per-shape table, tuned on an H200: the timings are in benchmarks/results/prefill-tune-*-h200.json.
 # Key: (head_dim, causal). BLOCK_M = 128 with 8 warps = two warpgroups of m64 wgmma; TMA
 # descriptor loads keep registers under the 255 cap (198 vs 255 for pointer loads).
 _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {
