@@ -9,6 +9,7 @@ column, so a page can show it as is and a CLI can name its ``--trace`` option.
 
 from __future__ import annotations
 
+import csv
 import io
 from pathlib import Path
 from typing import BinaryIO
@@ -34,6 +35,9 @@ DEFAULT_MAX_BYTES = 16 * 2**20
 MAX_TRACE_TOKENS = 10**9
 # Latest arrival time accepted (seconds, ~32 years): keeps time integrals finite.
 MAX_ARRIVAL_S = 1e9
+# Most columns a trace may have: the readers need four at most, and published traces carry under a
+# dozen; a header of 100k columns within the byte cap would make the parser build 100k columns.
+MAX_TRACE_COLUMNS = 256
 _SHOWN_COLUMN_CHARS = 40  # a column name quoted in an error
 # Accepted spellings of each column, first match wins.
 PROMPT_COLUMNS = ("num_prefill_tokens", "prompt_tokens", "input_tokens", "prompt")
@@ -85,8 +89,8 @@ def load_trace_csv(source: str | Path | bytes | BinaryIO, *, max_rows: int = DEF
     ------
     TraceError
         Not a CSV, a missing column, a value that is negative, missing (NaN), not a number, too
-        large or not a whole number of tokens, no rows, more than ``max_rows`` rows or
-        ``max_bytes`` bytes. Rows are numbered from 1
+        large or not a whole number of tokens, no rows, more than ``max_rows`` rows,
+        ``MAX_TRACE_COLUMNS`` columns or ``max_bytes`` bytes. Rows are numbered from 1
         for the first data row (the file's line 2).
     """
     label = name or (Path(source).name if isinstance(source, (str, Path)) else "uploaded trace")
@@ -144,6 +148,9 @@ def _read_frame(raw: bytes, max_rows: int) -> pd.DataFrame:
         text = decode_text(raw, field=FIELD)
     except InputError as err:
         raise TraceError(f"not a CSV file: {err.message}") from None
+    if (n_columns := _header_columns(text)) > MAX_TRACE_COLUMNS:
+        raise TraceError(f"the trace's header has {n_columns:,} columns, more than {MAX_TRACE_COLUMNS} (the limit); "
+                         "keep the prompt, output and optional arrival and conversation columns")
     try:
         # One row over the limit is enough to know the file is too long.
         frame = pd.read_csv(io.StringIO(text), nrows=max_rows + 1, dtype=str,
@@ -155,6 +162,20 @@ def _read_frame(raw: bytes, max_rows: int) -> pd.DataFrame:
         raise TraceError("not a CSV file with prompt and output columns: found "
                          f"{frame.shape[1]} column ({_column_list(frame.columns)})")
     return frame
+
+
+def _header_columns(text: str) -> int:
+    """Columns in the first record of ``text``: its commas plus one, as the parser splits it
+    (quoted commas counted exactly, and only when the plain count is over the limit)."""
+    end = text.find("\n")
+    first_line = text if end < 0 else text[:end]
+    plain = first_line.count(",") + 1
+    if plain <= MAX_TRACE_COLUMNS:
+        return plain
+    try:
+        return len(next(csv.reader(io.StringIO(text)), []))
+    except csv.Error:
+        return plain
 
 
 def _find_column(columns: dict[str, object], accepted: tuple[str, ...], what: str) -> object:

@@ -69,4 +69,5 @@ HOSTILE_CSV_FILES = {
     "no-header.csv": b"1,2\n3,4\n",
     "json-instead.csv": b'{"a": 1}',
     "empty.csv": b"",
+    "wide-header.csv": b",".join(b"c%d" % i for i in range(100_000)) + b"\n" + b",".join([b"1"] * 100_000) + b"\n",
 }

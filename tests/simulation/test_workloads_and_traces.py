@@ -107,6 +107,22 @@ def test_row_limit():
     assert DEFAULT_MAX_ROWS >= 28_257  # the largest shared trace loads
 
 
+def test_column_limit_counts_the_header_as_the_parser_splits_it():
+    from simulation.traces import MAX_TRACE_COLUMNS
+
+    def trace(n_columns: int, header_extra: bytes = b"") -> bytes:
+        extra = [b"x%d" % i for i in range(n_columns - 2)]
+        return (b",".join([b"num_prefill_tokens", b"num_decode_tokens", *extra]) + header_extra + b"\n"
+                + b",".join([b"10", b"5", *[b"0"] * (n_columns - 2)]) + b"\n")
+
+    assert load_trace_csv(trace(MAX_TRACE_COLUMNS)).size == 1
+    with pytest.raises(TraceError, match=f"{MAX_TRACE_COLUMNS + 1} columns, more than {MAX_TRACE_COLUMNS}"):
+        load_trace_csv(trace(MAX_TRACE_COLUMNS + 1))
+    # 300 commas inside one quoted header name are one column, not 301.
+    quoted = (b'num_prefill_tokens,num_decode_tokens,"' + b"," * 300 + b'"\n10,5,0\n')
+    assert load_trace_csv(quoted).size == 1
+
+
 def test_unsorted_arrivals_are_sorted_with_their_rows():
     workload = load_trace_csv(HEADER + b"5,50,1\n2,20,2\n3,30,3\n")
     assert workload.arrival_s.tolist() == [0.0, 1.0, 3.0]
