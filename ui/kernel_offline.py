@@ -11,7 +11,7 @@ import platform
 
 import streamlit as st
 
-from kernels.bench.shipped import RESULTS_DIR, find_shipped_results, provenance_lines
+from kernels.bench.shipped import RESULTS_DIR, find_shipped_results, installed_versions, provenance_lines
 from simulation.explorer import WorkloadSettings, build_workload
 from simulation.workloads import PRESETS
 from planner.page_size import page_size_study
@@ -37,7 +37,7 @@ def offline_page(results_dir=RESULTS_DIR) -> None:
         st.info("No shipped results were found in benchmarks/results/.", icon=":material/info:")
         return
     report = shipped.newest.report
-    st.caption(" · ".join(provenance_lines(report, shipped.newest.path.name)))
+    st.caption(" · ".join(provenance_lines(report, shipped.newest.path.name, installed_versions())))
     st.subheader("Targets")
     st.dataframe(shown(target_frame(report), {}), hide_index=True, key="k_offline_targets")
     preset = PRESETS[0]

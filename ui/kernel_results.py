@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from kernels.bench.records import BenchReport, report_to_json
-from kernels.bench.shipped import provenance_lines
+from kernels.bench.shipped import installed_versions, provenance_lines
 from ui.kernel_charts import shape_labels
 from ui.layout import metric_row
 from ui.kernel_controls import KERNELS, follow_sidebar
@@ -90,7 +90,7 @@ def _targets(report: BenchReport, key: str) -> None:
 def results_tab(report: BenchReport, source: str, kernel: str, plan):
     """Provenance, the picked shape's figures and tables, the targets; returns the picked record."""
     with st.container(border=True):
-        st.markdown("\n\n".join(provenance_lines(report, source)))
+        st.markdown("\n\n".join(provenance_lines(report, source, installed_versions())))
     download_report(report, source, key="k_download_shown")
     records = {"decode": report.decode, "prefill": report.prefill, "mixed": report.mixed}[kernel]
     if not records:

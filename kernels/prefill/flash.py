@@ -33,7 +33,7 @@ Loads: plain pointer loads (any strides with a contiguous head dim), or, for con
 of N >= 2048 on the GPU, Hopper's bulk tensor copy (TMA) through host tensor descriptors over the
 flattened ``[B*H*N, D]`` views. A tail tile then reads the next head's rows: their scores are
 masked to -inf and their V rows zeroed, so NaN there cannot leak. Launch configurations come
-from a per-(head dim, causal) table measured on an H200 (``benchmarks/results/prefill-tune-v*-h200.json``):
+from a per-(head dim, causal) table measured on an H200 (``benchmarks/results/tuning/prefill-tune-v*-h200.json``):
 about 500-530 TFLOP/s at D = 128, N >= 4K, non-causal, and 450-490 causal; 560 / 470 at D = 256.
 
 Sources
@@ -297,7 +297,7 @@ class FlashConfig:
             raise ValueError(f"maxnreg must be in 24..255 (or None), got {self.maxnreg}")
 
 
-# Per-shape table, tuned on an H200: the timings are in benchmarks/results/prefill-tune-*-h200.json.
+# Per-shape table, tuned on an H200: the timings are in benchmarks/results/tuning/prefill-tune-*-h200.json.
 # Key: (head_dim, causal). BLOCK_M = 128 with 8 warps = two warpgroups of m64 wgmma; TMA
 # descriptor loads keep registers under the 255 cap (198 vs 255 for pointer loads).
 _GPU_CONFIGS: dict[tuple[int, bool], FlashConfig] = {

@@ -64,6 +64,17 @@ def test_no_gpu_says_so_and_shows_shipped_results_with_provenance():
     assert _metric(at, "Share of measured ceiling") == "90 %"  # 3.6 of the fixture's 4.0 TB/s
 
 
+def test_shipped_run_names_its_software_and_hides_the_run_machines_paths():
+    at = _app(CPU, shipped_dir=RESULTS_DIR).run()
+    assert not at.exception
+    shown = _texts(at.markdown) + _texts(at.caption)
+    assert "command `python -m kernels.bench --json " in shown
+    assert "/root/" not in shown and "/opt/" not in shown
+    # This machine's torch is not the H200 run's 2.11: the page says which versions the figures ran on.
+    assert "these results ran on torch 2.11.0+cu130, triton 3.6.0" in shown
+    assert not [e for e in at.expander if "not harness results" in e.label]
+
+
 def test_roofline_places_decode_at_its_intensity():
     at = _app(CPU).run()
     roof = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Roofline"))
