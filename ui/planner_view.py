@@ -30,12 +30,21 @@ def gain_words(plan: CapacityPlan) -> str | None:
     users = paged.users_per_gpu / contiguous.users_per_gpu
     if users < 1.2 * gain:
         return None
+    # What would put the two at equal latency depends on what caps each batch now.
+    if plan.tpot_target_s is None:
+        compare = "Set a TPOT target to compare the two at equal latency, as the paper's 2–4× does."
+    elif paged.latency_batch < paged.memory_batch:
+        compare = (f"The {fmt_ms(plan.tpot_target_s)} target caps only the paged batch here; contiguous "
+                   "allocation runs out of memory first, so the two are not at equal latency.")
+    else:
+        compare = (f"The {fmt_ms(plan.tpot_target_s)} target is looser than both steps, so each runs its whole "
+                   "memory batch; a tighter target compares them nearer equal latency.")
     return (f"**Why {users:,.1f}× the users but {gain:.2f}× the tokens/s:** each decode step reads every "
             f"running sequence's KV cache, so paging's batch of {paged.batch:,} (against {contiguous.batch:,}) "
             f"makes each step longer: {fmt_ms(paged.step.step_s)} per output token paged, "
             f"{fmt_ms(contiguous.step.step_s)} contiguous. Throughput is batch ÷ step time, and once the KV reads "
             "fill the step it stays at the bandwidth's limit: paging's gain here is more users at a slower "
-            "TPOT. Set a TPOT target to compare the two at equal latency, as the paper's 2–4× does.")
+            f"TPOT. {compare}")
 
 
 def render_server(outcome: PlanOutcome, *, source_label: str, weight_dtype: str) -> None:
@@ -45,9 +54,12 @@ def render_server(outcome: PlanOutcome, *, source_label: str, weight_dtype: str)
     skipped = " Skipped: " + "; ".join(outcome.source_notes) + "." if outcome.source_notes else ""
     st.info(f"**Bandwidth source: {source_label}.** {outcome.estimate.label}.{skipped}", icon=":material/info:")
     row = metric_row()
-    row.metric("Users per GPU, paged", format_number(paged.users_per_gpu, 1),
-               help="Concurrent sequences at the operating point ÷ TP")
-    row.metric("Users per GPU, contiguous", format_number(contiguous.users_per_gpu, 1))
+    # Users are whole sequences: a replica's count, its share per GPU only in the help.
+    row.metric("Users per replica, paged", f"{paged.batch:,}",
+               help=f"Concurrent sequences one TP-{paged.tp} replica runs at the operating point "
+                    f"({format_number(paged.users_per_gpu, 1)} per GPU on average)")
+    row.metric("Users per replica, contiguous", f"{contiguous.batch:,}",
+               help=f"{format_number(contiguous.users_per_gpu, 1)} per GPU on average")
     row.metric("Tokens/s per GPU, paged", format_number(paged.tokens_per_s_per_gpu, 0))
     row.metric("Paging's throughput gain", "—" if plan.paged_gain is None else f"{plan.paged_gain:.2f}×",
                help="Paged tokens/s ÷ contiguous tokens/s, each at its own operating batch.")

@@ -21,22 +21,22 @@ def _number(text: str) -> float:
     return float(text.replace(",", "").split()[0])
 
 
-def test_tpot_slider_moves_users_per_gpu(app_url, page):
+def test_tpot_slider_moves_users_per_replica(app_url, page):
     goto(page, f"{app_url}/planner?{REFERENCE_QUERY}")
     assert page.locator('[data-testid="stException"]').count() == 0
-    assert metric_value(page, "Users per GPU, paged") == "67.4"
-    assert metric_value(page, "Users per GPU, contiguous") == "11.8"  # 94 / 8
+    assert metric_value(page, "Users per replica, paged") == "539"
+    assert metric_value(page, "Users per replica, contiguous") == "94"
 
     # one step left: 10 → 5 ms; a tighter target admits a smaller batch
     slider_press(page, "TPOT target", "ArrowLeft")
-    tighter = _number(metric_value(page, "Users per GPU, paged"))
-    assert 0 < tighter < 67.4
+    tighter = _number(metric_value(page, "Users per replica, paged"))
+    assert 0 < tighter < 539
     assert re.search(r"[?&]tpot=5(&|$)", page.url)
 
-    # two steps right: 15 ms; more users than at 10 ms, still at most the 1,506 / 8 that fit
+    # two steps right: 15 ms; more users than at 10 ms, still at most the 1,506 that fit
     slider_press(page, "TPOT target", "ArrowRight", times=2)
-    looser = _number(metric_value(page, "Users per GPU, paged"))
-    assert 67.4 < looser <= 188.3
+    looser = _number(metric_value(page, "Users per replica, paged"))
+    assert 539 < looser <= 1506
     assert page.locator('[data-testid="stException"]').count() == 0
 
 

@@ -41,18 +41,18 @@ def _number(text: str) -> float:
 
 def test_opens_with_defaults_and_shows_both_allocators():
     at = _open()
-    assert _number(_metric(at, "Users per GPU, paged")) > _number(
-        _metric(at, "Users per GPU, contiguous"))
+    assert _number(_metric(at, "Users per replica, paged")) > _number(
+        _metric(at, "Users per replica, contiguous"))
     assert len(at.get("plotly_chart")) == 1  # the server tab only: the edge tab runs when opened
     assert at.title[0].value.endswith("Capacity planner")
     edge = _open({"tab": "edge"})
-    assert len(edge.get("plotly_chart")) == 1 and not any(m.label == "Users per GPU, paged" for m in edge.metric)
+    assert len(edge.get("plotly_chart")) == 1 and not any(m.label == "Users per replica, paged" for m in edge.metric)
 
 
 def test_reference_url_reproduces_hand_figures():
     at = _open(REFERENCE_URL)
-    assert _metric(at, "Users per GPU, contiguous") == "11.8"  # 94 / 8 = 11.75
-    assert _metric(at, "Users per GPU, paged") == "67.4"  # 539 / 8
+    assert _metric(at, "Users per replica, contiguous") == "94"  # 11.75 per GPU of the TP-8 replica
+    assert _metric(at, "Users per replica, paged") == "539"  # 67.4 per GPU
     assert _metric(at, "Users per node, paged") == "539"  # one TP-8 replica per node
     assert _metric(at, "TPOT at the paged batch") == "10.0 ms"
     assert any("caps the batch at 539" in md.value for md in at.markdown)
@@ -60,22 +60,22 @@ def test_reference_url_reproduces_hand_figures():
 
 def test_tighter_tpot_serves_fewer_users_and_looser_more():
     at = _open(REFERENCE_URL)
-    before = _number(_metric(at, "Users per GPU, paged"))
+    before = _number(_metric(at, "Users per replica, paged"))
     at.slider(key="planner.tpot_ms").set_value(5).run()
-    tighter = _number(_metric(at, "Users per GPU, paged"))
+    tighter = _number(_metric(at, "Users per replica, paged"))
     assert tighter < before
     at.slider(key="planner.tpot_ms").set_value(0).run()  # no target: memory caps at 1,506
-    assert _metric(at, "Users per GPU, paged") == "188.2"  # 1,506 / 8 = 188.25
+    assert _metric(at, "Users per replica, paged") == "1,506"  # memory's cap, whole sequences
     assert at.query_params["tpot"] == ["0"] or at.query_params["tpot"] == "0"
 
 
 def test_bf16_kv_halves_what_fits():
     at = _open({**REFERENCE_URL, "tpot": "0"})
     at.selectbox(key="planner.kv").set_value("bf16").run()
-    # 63.175e9 // 40,960 B = 1,542,358 slots: // 32,768 = 47 contiguous → 5.9 per GPU
-    assert _metric(at, "Users per GPU, contiguous") == "5.9"
-    # // 2,048 = 753 paged → 94.1 per GPU
-    assert _metric(at, "Users per GPU, paged") == "94.1"
+    # 63.175e9 // 40,960 B = 1,542,358 slots: // 32,768 = 47 contiguous (5.9 per GPU of TP 8)
+    assert _metric(at, "Users per replica, contiguous") == "47"
+    # // 2,048 = 753 paged (94.1 per GPU)
+    assert _metric(at, "Users per replica, paged") == "753"
 
 
 def test_url_written_by_one_session_reopens_identically():
@@ -86,7 +86,7 @@ def test_url_written_by_one_session_reopens_identically():
              for name, value in first.query_params.items()}
     assert query["tpot"] == "20" and query["block"] == "64"
     second = _open(query)
-    for label in ("Users per GPU, paged", "Users per GPU, contiguous", "Tokens/s per GPU, paged",
+    for label in ("Users per replica, paged", "Users per replica, contiguous", "Tokens/s per GPU, paged",
                   "TPOT at the paged batch"):
         assert _metric(second, label) == _metric(first, label)
     edge = _open({**query, "tab": "edge"})
@@ -143,7 +143,7 @@ def test_hostile_url_values_show_a_notice_and_the_default(name, raw, key, defaul
 
 def test_weights_that_do_not_fit_are_explained_not_crashed():
     at = _open({"model": "llama-3.1-405b", "w": "bf16", "gpu": "l4", "tp": "1"})
-    assert _metric(at, "Users per GPU, paged") == "0"
+    assert _metric(at, "Users per replica, paged") == "0"
     assert any("weights alone" in md.value for md in at.markdown)
 
 
@@ -221,7 +221,7 @@ def test_users_gain_beyond_the_throughput_gain_is_explained():
     # No TPOT target: both allocators run their whole memory batch, the KV reads fill each step
     # and tokens/s hardly moves while paging holds 16× the sequences.
     at = _open({**REFERENCE_URL, "tpot": "0"})
-    paged, contiguous = (_number(_metric(at, f"Users per GPU, {k}")) for k in ("paged", "contiguous"))
+    paged, contiguous = (_number(_metric(at, f"Users per replica, {k}")) for k in ("paged", "contiguous"))
     gain = _number(_metric(at, "Paging's throughput gain"))
     assert paged / contiguous > 10 and gain < 3
     why = next(md.value for md in at.markdown if md.value.startswith("**Why "))
@@ -243,3 +243,12 @@ def test_the_active_tab_is_in_the_url():
     at.run()
     assert at.query_params["tab"] == "edge"
     assert any(m.label == "History that fits" for m in at.metric)
+
+
+def test_the_gain_note_asks_for_a_target_only_when_none_is_set():
+    loose = _open({**REFERENCE_URL, "tpot": "100"})  # 100 ms: far above both memory batches' steps
+    why = next(md.value for md in loose.markdown if md.value.startswith("**Why "))
+    assert "Set a TPOT target" not in why
+    assert "100.0 ms target is looser than both steps" in why
+    unset = _open({**REFERENCE_URL, "tpot": "0"})
+    assert "Set a TPOT target" in next(md.value for md in unset.markdown if md.value.startswith("**Why "))
