@@ -28,6 +28,7 @@ from units import cdiv
 
 DEFAULT_USABLE_FRACTION = 0.9  # the reference page's planning assumption: 90 % of HBM for weights + KV
 DEFAULT_BLOCK_SIZE = 16  # vLLM's default tokens per KV block
+MAX_BLOCK_SIZE = 1 << 20  # tokens per block accepted: far beyond any engine's, rejects typos
 
 
 def exact(value: float | int | Fraction, field: str = "value") -> Fraction:
@@ -53,7 +54,7 @@ class KVCacheSpec:
 
     def __post_init__(self) -> None:
         self.model.check_tp(self.tp)
-        check_int("block_size", self.block_size, high=1 << 20)
+        check_int("block_size", self.block_size, high=MAX_BLOCK_SIZE)
 
     @property
     def values_per_token(self) -> int:

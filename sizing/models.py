@@ -33,6 +33,7 @@ MAX_HEADS = 100_000
 MAX_HEAD_DIM = 1 << 16
 MAX_PARAMS = 10**15  # a quadrillion parameters: 1,000× today's largest published models
 MAX_TOKENS = 1 << 40  # ~10**12 tokens: far beyond any context window
+MAX_TP_RANKS = 4096  # ranks one parallel group may have: far beyond any deployment, rejects typos
 
 
 class AttentionKind(StrEnum):
@@ -280,7 +281,7 @@ class ModelShape:
     # ---- tensor parallelism ------------------------------------------------------------------
     def check_tp(self, tp: int) -> int:
         """``tp`` validated against the KV heads (vLLM's rule: one must divide the other)."""
-        check_int("tp", tp, high=4096)
+        check_int("tp", tp, high=MAX_TP_RANKS)
         if self.state is not None:
             self.state.check_tp(tp)
         if self.kv_lora_rank or self.kv_heads % tp == 0 or tp % self.kv_heads == 0:

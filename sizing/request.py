@@ -13,7 +13,7 @@ from fractions import Fraction
 from hardware.gpus import DEFAULT_GPU, GPU, get_gpu
 from inputs.errors import InputError
 from sizing.errors import SizingError
-from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, exact
+from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, MAX_BLOCK_SIZE, exact
 from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.plan import GPUS_PER_NODE
 from sizing.precisions import DEFAULT_GROUP_SIZE, Precision, get_precision
@@ -108,7 +108,7 @@ def _check_workload(request: SizingRequest, model: ModelShape) -> Fraction:
     """Context, users, block size, TP checked; the usable fraction returned exact."""
     check_int("context", request.context, high=MAX_TOKENS)
     check_int("users", request.users, high=MAX_USERS)
-    check_int("block_size", request.block_size, high=1 << 20)
+    check_int("block_size", request.block_size, high=MAX_BLOCK_SIZE)
     check_int("gpus_per_node", request.gpus_per_node, high=1 << 10)
     model.check_tp(request.tp)
     usable = exact(request.usable_fraction, "usable_fraction")

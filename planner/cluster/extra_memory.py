@@ -42,13 +42,13 @@ from enum import StrEnum
 from fractions import Fraction
 
 from inputs.errors import InputError
-from sizing.models import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, check_int
+from sizing.engine.pipeline import MAX_PP
+from sizing.models import MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_TOKENS, MAX_TP_RANKS, check_int
 from units import GiB
 
 MAX_FEATURES = 1 << 24  # widest linear layer input/output: far beyond any published model
 MAX_LORA_RANK = 1 << 12
 MAX_LORAS = 1 << 12
-MAX_TP = 4096
 MAX_HOST_BYTES = 1 << 56  # 64 PiB of host memory: rejects unit mistakes (bytes typed as GB)
 
 
@@ -149,7 +149,7 @@ def lora_slot_bytes(targets: Sequence[LoraTarget], *, layers: int, rank: int, tp
     own rank this is also the adapter's size (every slice has its own A and B)."""
     check_int("layers", layers, high=MAX_LAYERS)
     check_int("max_lora_rank", rank, high=MAX_LORA_RANK)
-    check_int("tp", tp, high=MAX_TP)
+    check_int("tp", tp, high=MAX_TP_RANKS)
     values = sum(target.values_per_slot(rank, tp) for target in targets)
     return layers * values * _dtype_bytes(dtype_bytes, "lora_dtype")
 
@@ -233,14 +233,14 @@ class OffloadTier:
         return self.allocated_per_rank * self.allocating_ranks
 
 
-def _tier(per_rank: int, ranks: int, allocator: PinnedAllocator | str) -> OffloadTier:
+def _tier(per_rank: int, ranks: int, allocator: PinnedAllocator | str, field: str) -> OffloadTier:
     try:
         allocator = PinnedAllocator(allocator)
     except ValueError:
         raise InputError("pinned_allocator",
                          f"must be one of {', '.join(PinnedAllocator)}, got {allocator!r:.40}") from None
     if ranks * per_rank > MAX_HOST_BYTES:
-        raise InputError("max_local_cpu_size", f"{ranks} × {per_rank:,} B exceeds any host's memory")
+        raise InputError(field, f"{ranks} × {per_rank:,} B exceeds any host's memory")
     allocated = pow2_ceil(per_rank) if allocator is PinnedAllocator.TORCH else per_rank
     return OffloadTier(requested_per_rank=per_rank, allocated_per_rank=allocated, allocating_ranks=ranks,
                        allocator=allocator)
@@ -260,13 +260,14 @@ def lmcache_cpu_tier(max_local_cpu_size: float, *, tp: int, first_rank_only: boo
                      allocator: PinnedAllocator | str = PinnedAllocator.DIRECT) -> OffloadTier:
     """LMCache's local CPU tier inside vLLM's workers: ``max_local_cpu_size`` GiB per rank, on every
     TP rank (only the first with ``first_rank_only``, LMCache's MLA ``save_only_first_rank``)."""
-    check_int("tp", tp, high=MAX_TP)
-    return _tier(_gib(max_local_cpu_size, "max_local_cpu_size"), 1 if first_rank_only else tp, allocator)
+    check_int("tp", tp, high=MAX_TP_RANKS)
+    return _tier(_gib(max_local_cpu_size, "max_local_cpu_size"), 1 if first_rank_only else tp, allocator,
+                 "max_local_cpu_size")
 
 
 def vllm_cpu_tier(kv_offloading_size: float, *, tp: int, pp: int = 1,
                   allocator: PinnedAllocator | str = PinnedAllocator.DIRECT) -> OffloadTier:
     """vLLM's native CPU offloading: ``--kv-offloading-size`` GiB in all, shared by the TP × PP ranks."""
-    check_int("tp", tp, high=MAX_TP)
-    check_int("pp", pp, high=MAX_TP)
-    return _tier(_gib(kv_offloading_size, "kv_offloading_size") // (tp * pp), tp * pp, allocator)
+    check_int("tp", tp, high=MAX_TP_RANKS)
+    check_int("pp", pp, high=MAX_PP)
+    return _tier(_gib(kv_offloading_size, "kv_offloading_size") // (tp * pp), tp * pp, allocator, "kv_offloading_size")

@@ -43,7 +43,7 @@ from sizing.engine.pipeline import MAX_PP, parse_layer_partition, pipeline_stage
 from sizing.errors import SizingError
 from sizing.hf_config import estimate_params, load_config, parse_hf_config
 from sizing.kv import KVCacheSpec, exact
-from sizing.models import MAX_TOKENS, ModelShape, check_int
+from sizing.models import MAX_TOKENS, MAX_TP_RANKS, ModelShape, check_int
 from sizing.precisions import Precision
 from sizing.weights import engine_weight_bytes
 from units import format_number, format_up_to_giga
@@ -82,12 +82,12 @@ class ParallelLayout:
     router_imbalance: float | Fraction = 1
 
     def __post_init__(self) -> None:
-        check_int("tp", self.tp, high=4096)
+        check_int("tp", self.tp, high=MAX_TP_RANKS)
         check_int("pp", self.pp, high=MAX_PP)
         check_int("dp", self.dp, high=MAX_DP)
-        check_int("dcp", self.dcp, high=4096)
+        check_int("dcp", self.dcp, high=MAX_TP_RANKS)
         if not isinstance(self.ep, bool):
-            check_int("ep", self.ep, high=4096 * MAX_DP)
+            check_int("ep", self.ep, high=MAX_TP_RANKS * MAX_DP)
             # vLLM has no EP size of its own: the expert-parallel group is every TP × DP rank.
             if self.ep != self.tp * self.dp:
                 raise SizingError("ep", f"EP {self.ep} must equal TP {self.tp} × DP {self.dp} = "
@@ -217,7 +217,7 @@ class ParallelMemory:
         through every stage, so the stage that holds the fewest sets it; None without a budget."""
         if self.stages[0].concurrency is None:
             return None
-        return max(Fraction(0), min(s.concurrency for s in self.stages))
+        return max(Fraction(0), _fewest(self.stages).concurrency)
 
     @property
     def users_per_dp_rank(self) -> int | None:
@@ -412,7 +412,7 @@ def _layout_terms(layout: ParallelLayout, model: ModelShape, stages: tuple[Stage
                           unit="share", formula=f"imbalance {format_number(float(layout.router_imbalance), 3)} "
                                                 f"÷ EP {layout.ep_size}"))
     if stages[0].concurrency is not None:
-        worst = min(stages, key=lambda s: s.concurrency)
+        worst = _fewest(stages)
         per_rank = max(Fraction(0), worst.concurrency)
         terms.append(Term(name="sequences per DP rank", value=per_rank, unit="sequences",
                           formula=f"the fewest of the {layout.pp} stage{'s' if layout.pp > 1 else ''} "
@@ -421,6 +421,11 @@ def _layout_terms(layout: ParallelLayout, model: ModelShape, stages: tuple[Stage
         terms.append(Term(name="sequences in all", value=Fraction(layout.dp * whole), unit="sequences",
                           formula=f"DP {layout.dp} × {whole:,} whole sequences"))
     return tuple(terms)
+
+
+def _fewest(stages: tuple[StageMemory, ...]) -> StageMemory:
+    """The stage that holds the fewest sequences (every stage has a budget)."""
+    return min(stages, key=lambda s: s.concurrency)
 
 
 def _show(value: Fraction, unit: str) -> str:

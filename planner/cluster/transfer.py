@@ -52,13 +52,12 @@ from fractions import Fraction
 
 from hardware.links import Link, check_nics
 from inputs.errors import InputError
-from sizing.kv import DEFAULT_BLOCK_SIZE, layer_kind_rows
+from sizing.kv import DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE, layer_kind_rows
 from sizing.layers import STATE_KINDS, WINDOWED_KINDS, LayerKind
-from sizing.models import MAX_TOKENS, ModelShape, check_int
+from sizing.models import MAX_TOKENS, MAX_TP_RANKS, ModelShape, check_int
 from sizing.precisions import Precision
 from units import cdiv
 
-MAX_BLOCK_SIZE = 1 << 20  # the sizer's bound on tokens per block
 MAX_REGIONS = 1 << 20
 # Regions the connector registers per layer of each kind (K and V apart; one latent; Mamba's
 # convolution x, B, C and SSM state).
@@ -205,8 +204,8 @@ def kv_transfer(model: ModelShape, kv_precision: Precision, *, prompt_tokens: in
     """
     check_int("prompt_tokens", prompt_tokens, high=MAX_TOKENS)
     check_int("block_size", block_size, high=MAX_BLOCK_SIZE)
-    model.check_tp(check_int("prefill_tp", prefill_tp, high=4096))
-    model.check_tp(check_int("decode_tp", decode_tp, high=4096))
+    model.check_tp(check_int("prefill_tp", prefill_tp, high=MAX_TP_RANKS))
+    model.check_tp(check_int("decode_tp", decode_tp, high=MAX_TP_RANKS))
     if max(prefill_tp, decode_tp) % min(prefill_tp, decode_tp):
         raise InputError("decode_tp", f"prefill TP {prefill_tp} and decode TP {decode_tp}: one must divide the other")
     rule = _rule(rule)

@@ -74,18 +74,18 @@ def test_users_per_replica_and_in_all_from_a_kv_budget():
 #   DP 8 + EP:  eight EngineCore_DP* replicas, each "20,571,235 tokens" and "19.62x"
 # and reports 156.9x against 20.43x, "7.7x more total KV capacity". That model is not in the
 # catalogue; DeepSeek-V3's latent stands in: the ratio depends only on the per-GPU token rates.
-ISSUE_CONTEXT = 1_048_576
-ISSUE_TP8_TOKENS_PER_GPU = 21_419_891
-ISSUE_DP8_TOKENS_PER_RANK = 20_571_235
+VLLM_51454_CONTEXT = 1_048_576
+VLLM_51454_TP8_TOKENS_PER_GPU = 21_419_891
+VLLM_51454_DP8_TOKENS_PER_RANK = 20_571_235
 
 
 def _dsv3_fp8(layout: ParallelLayout, budget) -> object:
-    return _memory("deepseek-v3", layout, weights=FP8_BLOCK, context=ISSUE_CONTEXT, kv_budget_bytes_per_gpu=budget)
+    return _memory("deepseek-v3", layout, weights=FP8_BLOCK, context=VLLM_51454_CONTEXT, kv_budget_bytes_per_gpu=budget)
 
 
 def test_mla_dp8_holds_eight_times_tp8_at_equal_per_gpu_budget():
     # Under TP 8 every GPU holds the same latent of the same sequences; under DP 8 each GPU
-    # holds its own: 8 pools instead of 1, the mechanism the issue names.
+    # holds its own: 8 pools instead of 1, the mechanism vllm#51454 names.
     budget = 60 * GiB
     tp8 = _dsv3_fp8(ParallelLayout(tp=8, ep=True), budget)
     dp8 = _dsv3_fp8(ParallelLayout(dp=8, ep=True), budget)
@@ -98,12 +98,12 @@ def test_mla_dp8_against_tp8_reproduces_the_measured_ratio():
     # keeps the attention weights whole, so its KV budget is 4 % smaller). Budgets of those
     # tokens × the per-GPU latent bytes give 8 × 20,571,235 / 21,419,891 = 7.683.
     per_token = 61 * 576 * 1
-    tp8 = _dsv3_fp8(ParallelLayout(tp=8, ep=True), ISSUE_TP8_TOKENS_PER_GPU * per_token)
-    dp8 = _dsv3_fp8(ParallelLayout(dp=8, ep=True), ISSUE_DP8_TOKENS_PER_RANK * per_token)
+    tp8 = _dsv3_fp8(ParallelLayout(tp=8, ep=True), VLLM_51454_TP8_TOKENS_PER_GPU * per_token)
+    dp8 = _dsv3_fp8(ParallelLayout(dp=8, ep=True), VLLM_51454_DP8_TOKENS_PER_RANK * per_token)
     assert float(tp8.concurrency_total) == pytest.approx(20.43, abs=0.005)  # the TP 8 log's 20.43x
     assert float(dp8.concurrency_per_dp_rank) == pytest.approx(19.62, abs=0.005)  # each DP rank's 19.62x
     ratio = dp8.concurrency_total / tp8.concurrency_total
-    # The issue prints 156.9x (±0.05) and 20.43x (±0.005): the ratio lies in [156.85 / 20.435,
+    # vllm#51454 prints 156.9x (±0.05) and 20.43x (±0.005): the ratio lies in [156.85 / 20.435,
     # 156.95 / 20.425] = [7.6755, 7.6842], and rounds to its headline 7.7.
     assert 156.85 / 20.435 <= ratio <= 156.95 / 20.425
     assert round(float(ratio), 1) == 7.7

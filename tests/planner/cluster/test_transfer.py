@@ -130,7 +130,7 @@ def test_issue_55434_contiguous_prompts_cost_one_descriptor_per_region():
 
 
 def test_issue_55434_112k_descriptors_need_over_a_thousand_scattered_runs():
-    # The issue states counts, not runs: "~112k" per rank-transfer at 101 regions means at least
+    # vllm#55434 states counts, not runs: "~112k" per rank-transfer at 101 regions means at least
     # ceil(112,000 / 101) = 1,109 non-contiguous runs, i.e. >= 1,109 × 64 = 70,976 scattered tokens.
     assert nixl_descriptors(regions=101, blocks=1109, rule="per_run", runs=1109) == 112_009
     assert nixl_descriptors(regions=101, blocks=1109, rule="per_run", runs=1108) < 112_000
