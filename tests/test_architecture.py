@@ -101,18 +101,20 @@ def test_no_sys_path_edits_in_the_app_or_libraries(path):
 
 # kernels/ by job (docs/ARCHITECTURE.md, "kernels/ by job"): each module lives in the subpackage of
 # its job, or is one of the few shared modules at the top.
-KERNEL_SUBPACKAGES = ("decode", "prefill", "cache", "reference", "bench")
-KERNEL_TOP_MODULES = {"__init__", "runtime", "tolerances", "occupancy", "theory"}
-_SHARED = {"runtime", "tolerances", "occupancy"}
+KERNEL_SUBPACKAGES = ("decode", "prefill", "cache", "reference", "bench", "multi_gpu")
+KERNEL_TOP_MODULES = {"__init__", "runtime", "tolerances", "occupancy", "theory", "attention_span"}
+_SHARED = {"runtime", "tolerances", "occupancy", "attention_span"}
 # Which parts of kernels/ each part may import (its own part always): references and pools stay
 # below every kernel, so a kernel's test can trust them; the cost models stand alone.
 KERNELS_MAY_IMPORT = {
-    "runtime": set(), "tolerances": set(), "occupancy": set(), "theory": set(),
+    "runtime": set(), "tolerances": set(), "occupancy": set(), "theory": set(), "attention_span": set(),
     "cache": _SHARED,
     "reference": _SHARED | {"cache"},
     "decode": _SHARED | {"cache", "reference"},
     "prefill": _SHARED | {"cache", "reference"},
     "bench": _SHARED | {"theory", "cache", "reference", "decode", "prefill"},
+    # The multi-GPU harness: the decode entry on sharded pools, and the harness's records and timing.
+    "multi_gpu": _SHARED | {"cache", "reference", "decode", "bench"},
 }
 KERNEL_FILES = sorted((ROOT / "kernels").rglob("*.py"))
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from kernels.attention_span import FULL, span_of
 from kernels.cache.int4 import Int4Pool
 from kernels.decode.backends import choose_kernel, default_rdq_config
 from kernels.decode.config import DecodeConfig
@@ -39,6 +40,9 @@ def paged_decode_attention(
     dequant: int | None = None,
     validate: bool = True,
     backend: str = "auto",
+    sliding_window: int | None = None,
+    chunk_size: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decode attention of one query token per sequence over a paged KV cache.
 
@@ -80,6 +84,15 @@ def paged_decode_attention(
         once, then times with False.
     backend : {"auto", "triton", "rdq"}
         Which kernel runs (see above).
+    sliding_window, chunk_size : int, optional (at most one)
+        Keys the query sees (:mod:`kernels.attention_span`): the last ``sliding_window`` tokens,
+        or the tokens of its own ``chunk_size``-token chunk; default all. Only the pages holding
+        them are read, and only their table entries need to index the pool. 16-bit and FP8
+        pools, on the Triton kernel.
+    sinks : Tensor [n_q_heads] (fp32, bf16 or fp16), optional
+        One learned logit per query head (natural log) that joins the softmax denominator and
+        carries no value (gpt-oss): ``out = Σ e^{s_j} v_j / (e^{sink} + Σ e^{s_j})``. 16-bit
+        and FP8 pools, on the Triton kernel.
 
     Returns
     -------
@@ -93,6 +106,11 @@ def paged_decode_attention(
         than the forced one; before any launch.
     """
     int4 = isinstance(k, Int4Pool) or isinstance(v, Int4Pool)
+    span = span_of(sliding_window, chunk_size)
+    if span != FULL or sinks is not None:
+        _check_span_kernel(int4, backend, config)
+        return triton_decode(q, k, v, block_tables, seq_lens, sm_scale=sm_scale, k_scale=k_scale, v_scale=v_scale,
+                             num_splits=num_splits, config=config, validate=validate, span=span, sinks=sinks)
     if int4:
         if k_scale is not None or v_scale is not None:
             raise ValueError("k_scale and v_scale are for FP8 caches; INT4 pools carry their own scales")
@@ -114,6 +132,15 @@ def paged_decode_attention(
                       validate=validate)
 
 
+def _check_span_kernel(int4: bool, backend: str, config: object) -> None:
+    """Windows, chunks and sinks run on the 16-bit/FP8 Triton kernel only: refuse the rest."""
+    if int4:
+        raise ValueError("sliding_window, chunk_size and sinks take a 16-bit or FP8 pool, not INT4")
+    if backend not in ("auto", "triton") or isinstance(config, RdqConfig):
+        raise ValueError("sliding_window, chunk_size and sinks run on the Triton kernel: use backend='auto' "
+                         "or 'triton' and a DecodeConfig")
+
+
 @dataclass(frozen=True, kw_only=True)
 class DecodePlan:
     """What a :func:`paged_decode_attention` call with these inputs and options runs: the kernel
@@ -127,12 +154,19 @@ class DecodePlan:
 
 def decode_plan(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor | Int4Pool, block_tables: torch.Tensor,
                 seq_lens: torch.Tensor, *, config: DecodeConfig | RdqConfig | None = None, dequant: int | None = None,
-                backend: str = "auto", in_graph: bool = False) -> DecodePlan:
+                backend: str = "auto", in_graph: bool = False, sliding_window: int | None = None,
+                chunk_size: int | None = None, sinks: torch.Tensor | None = None) -> DecodePlan:
     """The plan of a call (arguments as :func:`paged_decode_attention`), made eagerly or
     (``in_graph``) as inside a CUDA graph capture, where the Triton kernels may merge otherwise
     and so plan another split count. Nothing is launched; on a GPU the kernel is compiled, as the
     call itself would."""
     int4 = isinstance(k, Int4Pool) or isinstance(v, Int4Pool)
+    span = span_of(sliding_window, chunk_size)
+    if span != FULL or sinks is not None:
+        _check_span_kernel(int4, backend, config)
+        cfg = config or default_config(q.shape[-1], k.dtype)
+        return DecodePlan(kernel="triton", config=cfg, num_splits=decode_num_splits(
+            q, k, v, block_tables, seq_lens, config=cfg, in_graph=in_graph, span=span, sinks=sinks))
     kernel = choose_kernel(q, k, v, backend=backend, config=config, dequant=dequant)
     if kernel == "rdq":
         from kernels.decode.rdq import rdq_plan

@@ -8,12 +8,13 @@ import math
 
 import torch
 
+from kernels.attention_span import FULL, Span
 from kernels.decode.config import FP8_DTYPE
 from kernels.cache.int4 import INT4_HEAD_DIMS, SCALE_DTYPE, Int4Pool
 from kernels.runtime import interpreter_active
 
 __all__ = ["check_tensor", "check_shapes", "check_strides", "check_scale", "check_values",
-           "check_int4_inputs", "on_16_byte_grid", "check_16_byte_grid", "SUPPORTED_HEAD_DIMS", "Q_DTYPES",
+           "check_int4_inputs", "first_visible_tokens", "on_16_byte_grid", "check_16_byte_grid", "SUPPORTED_HEAD_DIMS", "Q_DTYPES",
            "KV_DTYPES", "MAX_BLOCK_SIZE"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
@@ -110,14 +111,29 @@ def check_scale(name: str, scale, kv_dtype: torch.dtype, n_kv_heads: int, device
     return scale.reshape(-1).to(torch.float32).expand(n_kv_heads).contiguous()
 
 
-def check_values(block_tables, seq_lens, num_blocks: int, block_size: int) -> None:
-    """Lengths within 1..table capacity; used table entries inside the pool (one host sync)."""
+def first_visible_tokens(seq_lens: torch.Tensor, span: Span) -> torch.Tensor:
+    """[batch] int64: the first key each sequence's decode query sees
+    (:func:`kernels.attention_span.first_visible` at position ``seq_len - 1``, on the device)."""
+    lens = seq_lens.to(torch.int64)
+    if span.kind == "sliding":
+        return (lens - span.size).clamp(min=0)
+    if span.kind == "chunked":
+        return torch.div(lens - 1, span.size, rounding_mode="floor") * span.size
+    return torch.zeros_like(lens)
+
+
+def check_values(block_tables, seq_lens, num_blocks: int, block_size: int, span: Span = FULL) -> None:
+    """Lengths within 1..table capacity; the table entries the kernel reads inside the pool (one
+    host sync). With a window or chunks, the pages before the first visible key are never read
+    and may hold anything (an engine frees them: vLLM points them at its null block)."""
     lens = seq_lens.to(torch.int64)
     capacity = block_tables.shape[1] * block_size
     bad_len = (lens < 1) | (lens > capacity)
     blocks_used = (lens + block_size - 1) // block_size
     cols = torch.arange(block_tables.shape[1], device=block_tables.device)
     used = cols[None, :] < blocks_used[:, None]
+    if span.kind != "full":
+        used &= cols[None, :] >= (first_visible_tokens(seq_lens, span) // block_size)[:, None]
     bad_entry = used & ((block_tables < 0) | (block_tables >= num_blocks))
     flags = torch.stack([bad_len.any(), bad_entry.any()]).tolist()
     if flags[0]:

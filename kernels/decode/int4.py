@@ -136,7 +136,7 @@ def _paged_decode_int4_kernel(
     kv_head = tl.program_id(0)
     seq = tl.program_id(1)
     split = tl.program_id(2)
-    start, end = _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
+    start, end, _ = _split_range(seq_lens_ptr, seq, split, num_splits, 0, BLOCK_N)
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_h = tl.arange(0, HALF)

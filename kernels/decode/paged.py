@@ -88,7 +88,14 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from kernels.decode.checks import KV_DTYPES, SUPPORTED_HEAD_DIMS, check_shapes, check_strides, check_values  # noqa: E402
+from kernels.attention_span import FULL, Span, check_sinks, visible_bound  # noqa: E402
+from kernels.decode.checks import (  # noqa: E402
+    KV_DTYPES,
+    SUPPORTED_HEAD_DIMS,
+    check_shapes,
+    check_strides,
+    check_values,
+)
 from kernels.decode.config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
 from kernels.decode.direct_launch import DirectLauncher  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
@@ -132,13 +139,23 @@ MIN_GROUP_PAD = 16  # tl.dot needs M >= 16; padded query rows are masked on load
 
 
 @triton.jit
-def _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N: tl.constexpr):
-    """Tokens ``[start, end)`` of one split of one sequence, in whole BLOCK_N tiles so that only
-    the sequence's last tile is ragged (shared by the bf16/FP8 and the INT4 kernels)."""
+def _split_range(seq_lens_ptr, seq, split, num_splits, span, BLOCK_N: tl.constexpr, SPAN: tl.constexpr = 0):
+    """Tokens ``[start, end)`` of one split of one sequence and the first key the query sees,
+    ``first`` (shared by the bf16/FP8 and the INT4 kernels). The splits cut the tiles from the
+    one holding ``first`` to the end in whole BLOCK_N tiles, so only the visible range's first
+    and last tiles are ragged and pages before ``first`` are never touched. ``SPAN`` as
+    :data:`kernels.attention_span.SPAN_CODES`: 0 full, 1 sliding window of ``span`` tokens,
+    2 chunks of ``span`` tokens."""
     seq_len = tl.load(seq_lens_ptr + seq)
-    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N), num_splits)
-    start = split * tiles_per_split * BLOCK_N
-    return start, tl.minimum(start + tiles_per_split * BLOCK_N, seq_len)
+    first = 0
+    if SPAN == 1:
+        first = tl.maximum(seq_len - span, 0)
+    elif SPAN == 2:
+        first = ((seq_len - 1) // span) * span
+    first_tile = first // BLOCK_N
+    tiles_per_split = tl.cdiv(tl.cdiv(seq_len, BLOCK_N) - first_tile, num_splits)
+    start = (first_tile + split * tiles_per_split) * BLOCK_N
+    return start, tl.minimum(start + tiles_per_split * BLOCK_N, seq_len), first
 
 
 @triton.jit
@@ -150,6 +167,8 @@ def _paged_decode_kernel(
     seq_lens_ptr,  # [batch] int32 tokens per sequence
     k_scale_ptr,  # [n_kv_heads] fp32 dequantisation scales (read only when HAS_SCALES)
     v_scale_ptr,  # [n_kv_heads] fp32
+    sinks_ptr,  # [n_q_heads] fp32 sink logits, natural log (read only when HAS_SINKS)
+    span,  # sliding window or chunk in tokens (SPAN 1 or 2)
     out_ptr,  # [batch, n_q_heads, HEAD_DIM] final output (written when not SPLIT)
     part_out_ptr,  # [batch, n_q_heads, num_splits, HEAD_DIM] fp32 partial outputs (SPLIT)
     part_lse_ptr,  # [batch, n_q_heads, num_splits] fp32 base-2 log-sum-exp per split (SPLIT)
@@ -177,6 +196,8 @@ def _paged_decode_kernel(
     INLINE_MERGE: tl.constexpr = False,  # SPLIT: the last split program of a KV head merges
     MERGE_GROUP: tl.constexpr = 1,  # GROUP rounded up to a power of two (the merge has no tl.dot)
     MERGE_SPLITS: tl.constexpr = 1,  # partials per merge step
+    SPAN: tl.constexpr = 0,  # keys seen: 0 all, 1 the last `span`, 2 the query's `span`-token chunk
+    HAS_SINKS: tl.constexpr = False,  # a learned logit per query head joins the denominator
 ):
     if EARLY_MERGE_LAUNCH:
         tl.extra.cuda.gdc_launch_dependents()
@@ -184,7 +205,7 @@ def _paged_decode_kernel(
     seq = tl.program_id(1)
     split = tl.program_id(2)
 
-    start, end = _split_range(seq_lens_ptr, seq, split, num_splits, BLOCK_N)
+    start, end, first = _split_range(seq_lens_ptr, seq, split, num_splits, span, BLOCK_N, SPAN)
 
     offs_g = tl.arange(0, GROUP_PAD)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -214,13 +235,24 @@ def _paged_decode_kernel(
     v_head_ptr = v_cache_ptr + kv_head.to(tl.int64) * stride_vh
     table_ptr = block_tables_ptr + seq.to(tl.int64) * stride_btb
 
-    m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
+    if HAS_SINKS:
+        # The sink is a logit with no value: split 0 starts its softmax from it (running max
+        # the sink, sum 1, accumulator 0), so it enters the denominator once, through split 0's
+        # log-sum-exp in the merge, and a split with no token still carries it.
+        sink_row = mask_g & (split == 0)
+        sink = tl.load(sinks_ptr + q_heads, mask=sink_row, other=0.0) * 1.4426950408889634  # natural -> base 2
+        m_i = tl.where(sink_row, sink, float("-inf"))
+        l_i = tl.where(sink_row, 1.0, 0.0)
+    else:
+        m_i = tl.full([GROUP_PAD], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([GROUP_PAD], dtype=tl.float32)
     acc = tl.zeros([GROUP_PAD, HEAD_DIM], dtype=tl.float32)
 
     for start_n in range(start, end, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         mask_n = offs_n < end
+        if SPAN != 0:
+            mask_n = mask_n & (offs_n >= first)  # the visible range's first tile is ragged
         # Logical token -> (page, slot). The page index is int32 in the table: widen before the
         # stride multiply, a large pool's element offsets overflow int32.
         page = tl.load(table_ptr + offs_n // PAGE_SIZE, mask=mask_n, other=0).to(tl.int64)
@@ -316,11 +348,14 @@ def triton_decode(
     num_splits: int | None = None,
     config: DecodeConfig | None = None,
     validate: bool = True,
+    span: Span = FULL,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """This module's kernel on a 16-bit or FP8 pool (arguments as
-    :func:`kernels.decode.api.paged_decode_attention`, which is how callers reach it)."""
+    :func:`kernels.decode.api.paged_decode_attention`, which is how callers reach it; ``span``
+    from its ``sliding_window``/``chunk_size``)."""
     plan, args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
-                                           v_scale, num_splits, config, validate)
+                                           v_scale, num_splits, config, validate, span=span, sinks=sinks)
     _launch_split_kernel(plan.grid, args.values(), constexprs)
     if plan.split and not constexprs["INLINE_MERGE"]:
         merge_splits(args.part_out, args.part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
@@ -328,9 +363,11 @@ def triton_decode(
 
 
 def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_scale, num_splits, config,
-             validate: bool, *, in_graph: bool | None = None) -> tuple:
+             validate: bool, *, in_graph: bool | None = None, span: Span = FULL,
+             sinks: torch.Tensor | None = None) -> tuple:
     """Checks, the split plan, the kernel's arguments and compile-time values, and the output
-    (``in_graph``: plan as inside a CUDA graph capture or not; default: whether one is under way)."""
+    (``in_graph``: plan as inside a CUDA graph capture or not; default: whether one is under way).
+    A window or chunk plans its splits for the keys it sees, not the table's length."""
     key = signature(q, k_cache, v_cache, block_tables, seq_lens)
     checked_once(key, lambda: (check_shapes(q, k_cache, v_cache, block_tables, seq_lens),
                                check_strides(q, k_cache, v_cache, block_tables, seq_lens)))
@@ -341,50 +378,60 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
     sm_scale = check_call_options(sm_scale, num_splits, head_dim)
     ks = fp8_scales("k_scale", k_scale, k_cache.dtype, n_kv_heads, q.device)
     vs = fp8_scales("v_scale", v_scale, k_cache.dtype, n_kv_heads, q.device)
+    sinks = None if sinks is None else check_sinks(sinks, n_q_heads, q.device)
     if validate:
-        check_values(block_tables, seq_lens, num_blocks, block_size)
+        check_values(block_tables, seq_lens, num_blocks, block_size, span)
     config = config or default_config(head_dim, k_cache.dtype)
-    max_len = block_tables.shape[1] * block_size  # upper bound, known without a host sync
+    # Keys one query can see, an upper bound known without a host sync; a window's first tile
+    # may be ragged, so it can span one tile more than the window.
+    max_len = block_tables.shape[1] * block_size
+    if span.kind != "full":
+        max_len = min(max_len, visible_bound(span, max_len) + config.block_n)
+    variant = (span.code, sinks is not None)  # compiled separately: other registers, other residency
     out = torch.empty_like(q)
 
     def args(plan: SplitPlan, inline: bool) -> SplitKernelArgs:
         part_out, part_lse, part_strides = split_buffers(plan, q, out)
         return SplitKernelArgs(
             inputs=(q, k_cache, v_cache, block_tables, seq_lens, ks if ks is not None else out,
-                    vs if vs is not None else out),
+                    vs if vs is not None else out, sinks if sinks is not None else out, span.size),
             out=out, part_out=part_out, part_lse=part_lse, counters=inline_counters(inline, plan, out),
             qk_scale=sm_scale * LOG2_E, num_splits=plan.num_splits,
             strides=(q.stride(0), q.stride(1), *k_cache.stride()[:3], *v_cache.stride()[:3], block_tables.stride(0),
                      out.stride(0), out.stride(1), *part_strides))
 
     def plan_for(inline: bool) -> SplitPlan:
-        return planned_split((key, config, inline), batch, n_kv_heads, max_len, q.device, num_splits, config.block_n,
-                             config.waves, lambda trial: _paged_decode_kernel.warmup(
-                                 *args(trial, inline).values(), grid=trial.grid, **_constexprs(key, config, True, inline)))[0]
+        return planned_split((key, config, inline, variant), batch, n_kv_heads, max_len, q.device, num_splits,
+                             config.block_n, config.waves, lambda trial: _paged_decode_kernel.warmup(
+                                 *args(trial, inline).values(), grid=trial.grid,
+                                 **_constexprs(key, config, True, inline, variant)))[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
-    return plan, args(plan, inline), _constexprs(key, config, plan.split, inline), out
+    return plan, args(plan, inline), _constexprs(key, config, plan.split, inline, variant), out
 
 
 def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,
-                      seq_lens: torch.Tensor, *, config: DecodeConfig | None = None, in_graph: bool = False) -> int:
+                      seq_lens: torch.Tensor, *, config: DecodeConfig | None = None, in_graph: bool = False,
+                      span: Span = FULL, sinks: torch.Tensor | None = None) -> int:
     """The split count :func:`kernels.decode.api.paged_decode_attention` would use for this
     16-bit or FP8 call on the Triton kernel, made eagerly or
     (``in_graph``) inside a CUDA graph capture, where "auto" may merge otherwise and so plan
     for another kernel variant (nothing is launched; on a GPU the split kernel is compiled, as
     the call itself would)."""
     plan = _prepare(q, k_cache, v_cache, block_tables, seq_lens, None, None, None, None, config, False,
-                    in_graph=in_graph)[0]
+                    in_graph=in_graph, span=span, sinks=sinks)[0]
     return plan.num_splits
 
 
 @lru_cache(maxsize=256)
-def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool) -> dict:
+def _constexprs(key: tuple, config: DecodeConfig, split: bool, inline: bool, variant: tuple[int, bool]) -> dict:
     """The kernel's compile-time arguments for one call signature (``inline``: the split kernel
-    merges, :func:`merges_inline`)."""
+    merges, :func:`merges_inline`; ``variant``: the span's code and whether sinks are read)."""
     (_, device, (_, n_q_heads, head_dim), *_), (k_dtype, _, (_, n_kv_heads, block_size, _), *_) = key[:2]
     fp8 = k_dtype == FP8_DTYPE
+    span_code, has_sinks = variant
     return dict(HAS_SCALES=fp8, FP8_KV=fp8, FP8_QK=fp8 and config.fp8_qk_dot and not interpreted(device),
+                SPAN=span_code, HAS_SINKS=has_sinks,
                 **split_kernel_constexprs(config, n_q_heads // n_kv_heads, head_dim, block_size, split, inline,
                                           device))
 

@@ -63,18 +63,21 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from kernels.attention_span import FULL, Span, check_sinks, first_visible, span_of  # noqa: E402
+from kernels.prefill.chunked_checks import (  # noqa: E402
+    FP8_DTYPE,
+    check_table_entries,
+    check_varlen_inputs,
+    scale_tensor,
+)
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 
 __all__ = ["VarlenConfig", "BatchPlan", "default_varlen_config", "plan_batch", "chunked_prefill_attention",
            "SUPPORTED_HEAD_DIMS", "MAX_GROUP"]
 
 SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs powers of two; 16 is the dot minimum
-MAX_BLOCK_SIZE = 256
 MAX_GROUP = 64  # query heads per KV head: a prefill tile must hold at least one token's group
 MIN_DOT_ROWS = 16  # tl.dot needs M >= 16: decode tiles pad their rows up to this
-Q_DTYPES = (torch.bfloat16, torch.float16)
-FP8_DTYPE = torch.float8_e4m3fn
-KV_DTYPES = (torch.bfloat16, torch.float16, FP8_DTYPE)
 TILE_FIELDS = 3  # (sequence, first query token, decode-sized?) per tile
 
 
@@ -84,17 +87,21 @@ TILE_FIELDS = 3  # (sequence, first query token, decode-sized?) per tile
 
 
 @triton.jit
-def _attend_keys(acc, l_i, m_i, q, lo, hi, pos, seq_len, table_ptr, k_head_ptr, v_head_ptr,
+def _attend_keys(acc, l_i, m_i, q, lo, hi, pos, first_row, first_key, seq_len, table_ptr, k_head_ptr, v_head_ptr,
                  stride_kb, stride_kt, stride_vb, stride_vt, scale,
                  BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr,
                  MASKED: tl.constexpr,  # False: every row sees every key of [lo, hi)
-                 FP8_KV: tl.constexpr, INTERPRET: tl.constexpr):
-    """Online-softmax pass over keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N)."""
+                 FP8_KV: tl.constexpr, INTERPRET: tl.constexpr, SPAN: tl.constexpr):
+    """Online-softmax pass over keys ``[lo, hi)`` (``lo`` a multiple of BLOCK_N). Masked, a row
+    sees keys ``first_row <= key <= pos`` inside the sequence, and nothing before ``first_key``
+    (the tile's first visible key) is loaded, table entries included."""
     offs_d = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
         offs_n = start_n + tl.arange(0, BLOCK_N)
         if MASKED:
             in_seq = offs_n < seq_len
+            if SPAN != 0:
+                in_seq = in_seq & (offs_n >= first_key)  # earlier pages may be freed
             # The table is int32: widen before the stride multiply (a large pool overflows int32).
             page = tl.load(table_ptr + offs_n // PAGE_SIZE, mask=in_seq, other=0).to(tl.int64)
         else:
@@ -117,10 +124,15 @@ def _attend_keys(acc, l_i, m_i, q, lo, hi, pos, seq_len, table_ptr, k_head_ptr, 
             v = v.to(tl.float16)
         s = tl.dot(q, tl.trans(k)) * scale
         if MASKED:
-            visible = (offs_n[None, :] <= pos[:, None]) & (offs_n[None, :] < seq_len)
+            visible = (offs_n[None, :] <= pos[:, None]) & in_seq[None, :]
+            if SPAN != 0:
+                visible = visible & (offs_n[None, :] >= first_row[:, None])
             s = tl.where(visible, s, float("-inf"))
-        # Every row sees key 0 in its first step, so m_i is finite after it and -inf - m_i = -inf.
         m_new = tl.maximum(m_i, tl.max(s, 1))
+        if SPAN != 0:
+            # A windowed row can see no key of a step (m_new = -inf): exponents from 0 instead,
+            # so alpha and p are 0, not NaN. Without a window every row sees key 0 first.
+            m_new = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_i - m_new)
         p = tl.math.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
@@ -131,11 +143,20 @@ def _attend_keys(acc, l_i, m_i, q, lo, hi, pos, seq_len, table_ptr, k_head_ptr, 
 
 
 @triton.jit
-def _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr,
-          q_start, q_len, seq_len, q0, kv_head, scale, v_scale,
+def _first_key(pos, span, SPAN: tl.constexpr):
+    """The first key a query at ``pos`` sees (:mod:`kernels.attention_span`; SPAN 1 or 2)."""
+    if SPAN == 1:
+        return tl.maximum(pos - span + 1, 0)
+    return (pos // span) * span
+
+
+@triton.jit
+def _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr, sinks_ptr,
+          q_start, q_len, seq_len, q0, kv_head, scale, v_scale, span,
           stride_qt, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt, stride_ot, stride_oh, stride_lt,
           GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-          HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, FP8_KV: tl.constexpr, INTERPRET: tl.constexpr):
+          HEAD_DIM: tl.constexpr, PAGE_SIZE: tl.constexpr, FP8_KV: tl.constexpr, INTERPRET: tl.constexpr,
+          SPAN: tl.constexpr, HAS_SINKS: tl.constexpr):
     """One tile: ``BLOCK_Q`` query tokens from ``q0`` of one sequence x the KV head's GROUP heads."""
     rows = tl.arange(0, BLOCK_Q * GROUP_PAD)
     tok = q0 + rows // GROUP_PAD  # query token within the chunk
@@ -152,19 +173,39 @@ def _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr,
         q = q.to(tl.float16)
 
     context = seq_len - q_len
-    pos = context + tok  # absolute position: this row sees keys 0..pos
+    pos = context + tok  # absolute position: this row sees keys first_row..pos
     shared_end = ((context + q0 + 1) // BLOCK_N) * BLOCK_N  # whole steps every row sees
     kv_end = tl.minimum(seq_len, context + q0 + BLOCK_Q)  # past the tile's last query position
+    # Keys before the steps every row sees: none without a window; with one, the steps from
+    # the tile's first visible key up to the first step its last row sees whole.
+    first_row = pos
+    first_key = 0
+    shared_start = 0
+    if SPAN != 0:
+        first_row = _first_key(pos, span, SPAN)
+        first_key = _first_key(context + q0, span, SPAN)
+        shared_start = tl.cdiv(_first_key(kv_end - 1, span, SPAN), BLOCK_N) * BLOCK_N
+        shared_end = tl.maximum(shared_end, shared_start)
 
-    m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_Q * GROUP_PAD], dtype=tl.float32)
+    if HAS_SINKS:  # the sink starts each row's softmax: running max the sink, sum 1
+        sink = tl.load(sinks_ptr + q_head, mask=row_ok, other=0.0) * 1.4426950408889634  # natural -> base 2
+        m_i = tl.where(row_ok, sink, float("-inf"))
+        l_i = tl.where(row_ok, 1.0, 0.0)
+    else:
+        m_i = tl.full([BLOCK_Q * GROUP_PAD], float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_Q * GROUP_PAD], dtype=tl.float32)
     acc = tl.zeros([BLOCK_Q * GROUP_PAD, HEAD_DIM], dtype=tl.float32)
-    acc, l_i, m_i = _attend_keys(acc, l_i, m_i, q, 0, shared_end, pos, seq_len, table_ptr, k_head_ptr, v_head_ptr,
-                                 stride_kb, stride_kt, stride_vb, stride_vt, scale,
-                                 BLOCK_N, HEAD_DIM, PAGE_SIZE, False, FP8_KV, INTERPRET)
-    acc, l_i, m_i = _attend_keys(acc, l_i, m_i, q, shared_end, kv_end, pos, seq_len, table_ptr, k_head_ptr,
-                                 v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt, scale,
-                                 BLOCK_N, HEAD_DIM, PAGE_SIZE, True, FP8_KV, INTERPRET)
+    if SPAN != 0:
+        acc, l_i, m_i = _attend_keys(acc, l_i, m_i, q, (first_key // BLOCK_N) * BLOCK_N, shared_start, pos,
+                                     first_row, first_key, seq_len, table_ptr, k_head_ptr, v_head_ptr,
+                                     stride_kb, stride_kt, stride_vb, stride_vt, scale,
+                                     BLOCK_N, HEAD_DIM, PAGE_SIZE, True, FP8_KV, INTERPRET, SPAN)
+    acc, l_i, m_i = _attend_keys(acc, l_i, m_i, q, shared_start, shared_end, pos, first_row, first_key, seq_len,
+                                 table_ptr, k_head_ptr, v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt, scale,
+                                 BLOCK_N, HEAD_DIM, PAGE_SIZE, False, FP8_KV, INTERPRET, SPAN)
+    acc, l_i, m_i = _attend_keys(acc, l_i, m_i, q, shared_end, kv_end, pos, first_row, first_key, seq_len, table_ptr,
+                                 k_head_ptr, v_head_ptr, stride_kb, stride_kt, stride_vb, stride_vt, scale,
+                                 BLOCK_N, HEAD_DIM, PAGE_SIZE, True, FP8_KV, INTERPRET, SPAN)
 
     l_safe = tl.where(row_ok, l_i, 1.0)  # padding rows are never stored; keep them finite
     out = acc / l_safe[:, None] * v_scale
@@ -185,6 +226,8 @@ def _chunked_prefill_kernel(
     tiles_ptr,  # [n_tiles, 3] int32 (sequence, first query token, 1 for a decode-sized tile)
     k_scale_ptr,  # [n_kv_heads] fp32 (read only when HAS_SCALES)
     v_scale_ptr,  # [n_kv_heads] fp32
+    sinks_ptr,  # [n_q_heads] fp32 sink logits, natural log (read only when HAS_SINKS)
+    span,  # sliding window or chunk in tokens (SPAN 1 or 2)
     out_ptr,  # [total_q, n_q_heads, HEAD_DIM], q's dtype
     lse_ptr,  # [total_q, n_q_heads] fp32 natural-log log-sum-exp
     qk_scale,  # sm_scale * log2(e)
@@ -205,6 +248,8 @@ def _chunked_prefill_kernel(
     HAS_SCALES: tl.constexpr,  # FP8 cache: scales folded into the logits and the output
     FP8_KV: tl.constexpr,  # FP8 cache: dots in fp16
     INTERPRET: tl.constexpr,  # Triton interpreter: dots in fp32 (its bf16 math is wrong)
+    SPAN: tl.constexpr = 0,  # keys seen: 0 all, 1 the last `span`, 2 the query's `span`-token chunk
+    HAS_SINKS: tl.constexpr = False,  # a learned logit per query head joins the denominator
 ):
     pid = tl.program_id(0)
     tile = pid // n_kv_heads  # KV head fastest: a heavy tile starts on every head at once
@@ -225,15 +270,15 @@ def _chunked_prefill_kernel(
     v_head_ptr = v_cache_ptr + kv_head.to(tl.int64) * stride_vh
     table_ptr = block_tables_ptr + seq.to(tl.int64) * stride_btb
     if small != 0:
-        _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr, q_start, q_len, seq_len, q0, kv_head,
-              scale, v_scale, stride_qt, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
+        _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr, sinks_ptr, q_start, q_len, seq_len, q0,
+              kv_head, scale, v_scale, span, stride_qt, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
               stride_ot, stride_oh, stride_lt,
-              GROUP, GROUP_PAD, SMALL_Q, SMALL_N, HEAD_DIM, PAGE_SIZE, FP8_KV, INTERPRET)
+              GROUP, GROUP_PAD, SMALL_Q, SMALL_N, HEAD_DIM, PAGE_SIZE, FP8_KV, INTERPRET, SPAN, HAS_SINKS)
     else:
-        _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr, q_start, q_len, seq_len, q0, kv_head,
-              scale, v_scale, stride_qt, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
+        _tile(q_ptr, k_head_ptr, v_head_ptr, table_ptr, out_ptr, lse_ptr, sinks_ptr, q_start, q_len, seq_len, q0,
+              kv_head, scale, v_scale, span, stride_qt, stride_qh, stride_kb, stride_kt, stride_vb, stride_vt,
               stride_ot, stride_oh, stride_lt,
-              GROUP, GROUP_PAD, BIG_Q, BIG_N, HEAD_DIM, PAGE_SIZE, FP8_KV, INTERPRET)
+              GROUP, GROUP_PAD, BIG_Q, BIG_N, HEAD_DIM, PAGE_SIZE, FP8_KV, INTERPRET, SPAN, HAS_SINKS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,6 +342,7 @@ class BatchPlan:
     seq_lens_t: torch.Tensor  # [batch] int32
     tiles: torch.Tensor  # [n_tiles, 3] int32
     n_small_tiles: int
+    span: Span = FULL  # the keys each query sees (a window or chunks: the layer's attention kind)
 
     @property
     def batch(self) -> int:
@@ -345,7 +391,8 @@ def _check_lengths(q_lens: Sequence[int], seq_lens: Sequence[int]) -> tuple[tupl
 
 
 def plan_batch(q_lens: Sequence[int], seq_lens: Sequence[int], *, n_q_heads: int, n_kv_heads: int, head_dim: int,
-               device: str | torch.device, config: VarlenConfig | None = None) -> BatchPlan:
+               device: str | torch.device, config: VarlenConfig | None = None, sliding_window: int | None = None,
+               chunk_size: int | None = None) -> BatchPlan:
     """Cut a batch into tiles, heaviest first (see the module docstring).
 
     Parameters
@@ -358,8 +405,12 @@ def plan_batch(q_lens: Sequence[int], seq_lens: Sequence[int], *, n_q_heads: int
         The attention shape; ``n_q_heads`` a multiple of ``n_kv_heads``, group <= ``MAX_GROUP``.
     device : where the plan's tensors live (the cache's device).
     config : VarlenConfig, optional; default :func:`default_varlen_config`.
+    sliding_window, chunk_size : int, optional (at most one)
+        The keys each query sees (:mod:`kernels.attention_span`), for a layer of that kind; the
+        tiles are ranked by the keys they read within it.
     """
     ql, sl = _check_lengths(q_lens, seq_lens)
+    span = span_of(sliding_window, chunk_size)
     if n_kv_heads < 1 or n_q_heads % n_kv_heads:
         raise ValueError(f"n_q_heads ({n_q_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
     if n_q_heads // n_kv_heads > MAX_GROUP:
@@ -376,16 +427,16 @@ def plan_batch(q_lens: Sequence[int], seq_lens: Sequence[int], *, n_q_heads: int
     for b, (nq, nk) in enumerate(zip(ql, sl)):
         context = nk - nq
         if nq <= small_q:
-            tiles.append((nk, b, 0, 1))
+            tiles.append((nk - first_visible(span, context), b, 0, 1))
             continue
         for q0 in range(0, nq, big_q):
-            tiles.append((min(nk, context + q0 + big_q), b, q0, 0))
+            tiles.append((min(nk, context + q0 + big_q) - first_visible(span, context + q0), b, q0, 0))
     tiles.sort(key=lambda t: (-t[0], t[3], t[1], t[2]))  # most keys first; prefill before decode on ties
     table = torch.tensor([t[1:] for t in tiles], dtype=torch.int32).reshape(-1, TILE_FIELDS)
     return BatchPlan(q_lens=ql, seq_lens=sl, n_q_heads=n_q_heads, n_kv_heads=n_kv_heads, head_dim=head_dim,
                      config=config, cu_seqlens_q=torch.tensor(_cumulative(ql), dtype=torch.int32, device=device),
                      seq_lens_t=torch.tensor(sl, dtype=torch.int32, device=device), tiles=table.to(device),
-                     n_small_tiles=sum(t[3] for t in tiles))
+                     n_small_tiles=sum(t[3] for t in tiles), span=span)
 
 
 def _cumulative(lens: tuple[int, ...]) -> list[int]:
@@ -393,79 +444,6 @@ def _cumulative(lens: tuple[int, ...]) -> list[int]:
     for n in lens:
         out.append(out[-1] + n)
     return out
-
-
-# ----------------------------------------------------------------------------------------------
-# Input checks (before any launch; each names the argument and the offending values)
-# ----------------------------------------------------------------------------------------------
-
-
-def _check_inputs(q, k_cache, v_cache, block_tables, plan: BatchPlan) -> None:
-    for name, t, ndim, dtypes in (("q", q, 3, Q_DTYPES), ("k_cache", k_cache, 4, KV_DTYPES),
-                                  ("v_cache", v_cache, 4, KV_DTYPES), ("block_tables", block_tables, 2, (torch.int32,))):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() != ndim:
-            raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(t.shape)}")
-        if t.dtype not in dtypes:
-            raise ValueError(f"{name} dtype must be one of {[str(d) for d in dtypes]}, got {t.dtype}")
-        if t.stride(-1) != 1 and t.shape[-1] > 1:
-            raise ValueError(f"{name} last dim must be contiguous (stride 1), got strides {t.stride()}")
-    if k_cache.shape != v_cache.shape or k_cache.dtype != v_cache.dtype:
-        raise ValueError(f"k_cache and v_cache differ: {tuple(k_cache.shape)} {k_cache.dtype} and "
-                         f"{tuple(v_cache.shape)} {v_cache.dtype}")
-    if k_cache.dtype != FP8_DTYPE and k_cache.dtype != q.dtype:
-        raise ValueError(f"k_cache dtype {k_cache.dtype} must equal q dtype {q.dtype} (or be {FP8_DTYPE})")
-    total_q, n_q_heads, head_dim = q.shape
-    num_blocks, n_kv_heads, block_size, kv_dim = k_cache.shape
-    want = (plan.total_q, plan.n_q_heads, plan.head_dim)
-    if (total_q, n_q_heads, head_dim) != want:
-        raise ValueError(f"q must be [total_q, n_q_heads, head_dim] = {list(want)} for this plan, got {list(q.shape)}")
-    if (n_kv_heads, kv_dim) != (plan.n_kv_heads, plan.head_dim):
-        raise ValueError(f"k_cache has {n_kv_heads} KV heads of dim {kv_dim}; the plan has "
-                         f"{plan.n_kv_heads} of dim {plan.head_dim}")
-    if block_size < 1 or block_size > MAX_BLOCK_SIZE or block_size & (block_size - 1):
-        raise ValueError(f"k_cache block_size (dim 2) must be a power of two in 1..{MAX_BLOCK_SIZE}, got {block_size}")
-    if block_tables.shape[0] != plan.batch:
-        raise ValueError(f"block_tables has {block_tables.shape[0]} rows for a batch of {plan.batch}")
-    capacity = block_tables.shape[1] * block_size
-    if max(plan.seq_lens) > capacity:
-        raise ValueError(f"seq_lens up to {max(plan.seq_lens)} exceed the tables' {block_tables.shape[1]} "
-                         f"columns x block_size {block_size} = {capacity} tokens")
-    devices = {t.device for t in (q, k_cache, v_cache, block_tables, plan.tiles)}
-    if len(devices) != 1:
-        raise ValueError(f"q, the caches, block_tables and the plan must share one device, got {devices}")
-    if not q.is_cuda and not interpreter_active():
-        raise ValueError(f"q is on {q.device}: CPU tensors need the Triton interpreter (TRITON_INTERPRET=1)")
-
-
-def _check_table_entries(block_tables: torch.Tensor, plan: BatchPlan, num_blocks: int, block_size: int) -> None:
-    """Every table entry a sequence uses indexes the pool (one host sync)."""
-    used_blocks = (plan.seq_lens_t.to(torch.int64) + block_size - 1) // block_size
-    cols = torch.arange(block_tables.shape[1], device=block_tables.device)
-    used = cols[None, :] < used_blocks[:, None]
-    bad = used & ((block_tables < 0) | (block_tables >= num_blocks))
-    if bool(bad.any()):
-        where = torch.nonzero(bad)[:8].tolist()
-        raise ValueError(f"block_tables entries must index the pool 0..{num_blocks - 1}; (sequence, block) "
-                         f"{[tuple(w) for w in where]} hold {[int(block_tables[r, c]) for r, c in where]}")
-
-
-def _scale_tensor(name: str, scale, kv_dtype: torch.dtype, n_kv_heads: int, device) -> torch.Tensor | None:
-    """A k/v scale as a [n_kv_heads] fp32 tensor (None for a bf16/fp16 cache)."""
-    if kv_dtype != FP8_DTYPE:
-        if scale is not None:
-            raise ValueError(f"{name} applies only to a {FP8_DTYPE} cache; the cache is {kv_dtype}")
-        return None
-    if scale is None:
-        return torch.ones(n_kv_heads, dtype=torch.float32, device=device)
-    if isinstance(scale, (int, float)):
-        if not math.isfinite(scale) or scale <= 0:
-            raise ValueError(f"{name} must be a finite positive number, got {scale}")
-        return torch.full((n_kv_heads,), float(scale), dtype=torch.float32, device=device)
-    if not isinstance(scale, torch.Tensor) or scale.numel() not in (1, n_kv_heads):
-        raise ValueError(f"{name} must be a float or a tensor of 1 or {n_kv_heads} elements, got {scale!r:.80}")
-    return scale.reshape(-1).to(device=device, dtype=torch.float32).expand(n_kv_heads).contiguous()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -484,8 +462,12 @@ def chunked_prefill_attention(
     k_scale: float | torch.Tensor | None = None,
     v_scale: float | torch.Tensor | None = None,
     validate: bool = True,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of a mixed batch (prefill chunks and decode rows) over a paged KV cache, one launch.
+
+    A plan made with a sliding window or chunks (:func:`plan_batch`) attends each query to its
+    visible keys only and reads only their pages.
 
     Parameters
     ----------
@@ -505,33 +487,39 @@ def chunked_prefill_attention(
     validate : bool
         Check the used table entries against the pool (one host sync). Shapes, dtypes,
         strides and table capacity are always checked.
+    sinks : Tensor [n_q_heads] (fp32, bf16 or fp16), optional
+        One learned logit per query head (natural log) that joins each row's softmax
+        denominator and carries no value (gpt-oss).
 
     Returns
     -------
     out : Tensor [total_q, n_q_heads, head_dim], q's dtype
     lse : Tensor [total_q, n_q_heads], float32, natural-log log-sum-exp of each row's scores
+        (the sink's included)
 
     Raises
     ------
     ValueError
         For wrong dtypes, shapes, strides, devices, scales or table entries; before any launch.
     """
-    _check_inputs(q, k_cache, v_cache, block_tables, plan)
+    check_varlen_inputs(q, k_cache, v_cache, block_tables, plan)
     num_blocks, n_kv_heads, block_size, head_dim = k_cache.shape
-    ks = _scale_tensor("k_scale", k_scale, k_cache.dtype, n_kv_heads, q.device)
-    vs = _scale_tensor("v_scale", v_scale, k_cache.dtype, n_kv_heads, q.device)
+    ks = scale_tensor("k_scale", k_scale, k_cache.dtype, n_kv_heads, q.device)
+    vs = scale_tensor("v_scale", v_scale, k_cache.dtype, n_kv_heads, q.device)
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     elif not isinstance(sm_scale, (int, float)) or not math.isfinite(sm_scale) or sm_scale <= 0:
         raise ValueError(f"sm_scale must be a finite positive number, got {sm_scale!r}")
+    sinks = None if sinks is None else check_sinks(sinks, q.shape[1], q.device)
     if validate:
-        _check_table_entries(block_tables, plan, num_blocks, block_size)
+        check_table_entries(block_tables, plan, num_blocks, block_size)
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[0], q.shape[1], dtype=torch.float32, device=q.device)
     cfg = plan.config
     _chunked_prefill_kernel[(plan.programs,)](
         q, k_cache, v_cache, block_tables, plan.cu_seqlens_q, plan.seq_lens_t, plan.tiles,
-        ks if ks is not None else lse, vs if vs is not None else lse, out, lse,
+        ks if ks is not None else lse, vs if vs is not None else lse, sinks if sinks is not None else lse,
+        plan.span.size, out, lse,
         sm_scale * LOG2_E, n_kv_heads,
         q.stride(0), q.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -541,7 +529,7 @@ def chunked_prefill_attention(
         GROUP=plan.group, GROUP_PAD=plan.group_pad, BIG_Q=plan.big_q, SMALL_Q=plan.small_q,
         BIG_N=cfg.block_n, SMALL_N=cfg.small_block_n, HEAD_DIM=head_dim, PAGE_SIZE=block_size,
         HAS_SCALES=ks is not None, FP8_KV=k_cache.dtype == FP8_DTYPE,
-        INTERPRET=interpreter_active() or not q.is_cuda,
+        INTERPRET=interpreter_active() or not q.is_cuda, SPAN=plan.span.code, HAS_SINKS=sinks is not None,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
     return out, lse

@@ -16,9 +16,10 @@ import math
 
 import torch
 
+from kernels.attention_span import first_visible, span_of
 from units import cdiv
 
-__all__ = ["gather_kv", "gather_kv_padded", "paged_attention_reference"]
+__all__ = ["gather_kv", "gather_kv_padded", "gather_span", "paged_attention_reference"]
 
 
 def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -82,8 +83,15 @@ def paged_attention_reference(
     sm_scale: float | None = None,
     k_scale: torch.Tensor | float | None = None,
     v_scale: torch.Tensor | float | None = None,
+    sliding_window: int | None = None,
+    chunk_size: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Float32 decode attention over a paged cache (same arguments as ``paged_decode_attention``).
+
+    With a window or chunks the query attends only its visible keys
+    (:func:`kernels.attention_span.first_visible`), gathered from the pages that hold them; with
+    ``sinks`` each head's softmax runs over its keys plus one extra logit whose value is zero.
 
     Parameters
     ----------
@@ -93,6 +101,8 @@ def paged_attention_reference(
     seq_lens : Tensor [batch] int
     sm_scale : float, optional; default ``1 / sqrt(head_dim)``
     k_scale, v_scale : FP8 dequantisation scales (float, [1] or [n_kv_heads]), optional
+    sliding_window, chunk_size : int, optional (at most one)
+    sinks : Tensor [n_q_heads], optional; natural-log logits (kernels.attention_span)
 
     Returns
     -------
@@ -104,12 +114,31 @@ def paged_attention_reference(
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(head_dim)
     out = torch.empty(batch, n_q_heads, head_dim, dtype=torch.float32, device=q.device)
+    span = span_of(sliding_window, chunk_size)
     lens = [int(n) for n in seq_lens.tolist()]
     for b, n in enumerate(lens):
-        k = _dequant(gather_kv(k_cache, block_tables[b], n), k_scale)  # [Hkv, n, D]
-        v = _dequant(gather_kv(v_cache, block_tables[b], n), v_scale)
-        k = k.repeat_interleave(group, dim=0)  # [Hq, n, D]: query head h reads KV head h // group
+        lo = first_visible(span, n - 1)
+        k = _dequant(gather_span(k_cache, block_tables[b], lo, n), k_scale)  # [Hkv, n - lo, D]
+        v = _dequant(gather_span(v_cache, block_tables[b], lo, n), v_scale)
+        k = k.repeat_interleave(group, dim=0)  # [Hq, n - lo, D]: query head h reads KV head h // group
         v = v.repeat_interleave(group, dim=0)
         scores = torch.einsum("hd,hnd->hn", q[b].float(), k) * sm_scale
+        if sinks is not None:  # one more logit per head, with a zero value row
+            scores = torch.cat([scores, sinks.float().to(scores.device)[:, None]], dim=1)
+            v = torch.cat([v, torch.zeros_like(v[:, :1])], dim=1)
         out[b] = torch.einsum("hn,hnd->hd", torch.softmax(scores, dim=-1), v)
     return out
+
+
+def gather_span(cache: torch.Tensor, block_table: torch.Tensor, lo: int, hi: int) -> torch.Tensor:
+    """Tokens ``lo .. hi - 1`` of one sequence, reading only the table entries of their pages
+    (entries before ``lo``'s page may be freed: any value).
+
+    Returns
+    -------
+    Tensor [n_kv_heads, hi - lo, head_dim], the cache's dtype
+    """
+    block_size = cache.shape[2]
+    pos = torch.arange(lo, hi, device=cache.device)
+    pages = block_table.to(cache.device)[pos // block_size].long()
+    return cache[pages, :, pos % block_size].transpose(0, 1)

@@ -12,7 +12,7 @@ As in vLLM, the chunk's own K/V are already in the cache when attention runs, so
 counts them. Queries are packed ("varlen"): ``q[cu_seqlens_q[b] : cu_seqlens_q[b + 1]]`` are
 sequence ``b``'s tokens.
 
-This reference gathers each sequence's tokens (``kernels.reference.paged.gather_kv``),
+This reference gathers each sequence's visible tokens (``kernels.reference.paged.gather_span``),
 dequantises an FP8 cache (value x scale), and computes ``softmax(q k^T * sm_scale) v`` in
 float32 one sequence at a time, with the natural-log log-sum-exp of every row. Slow on purpose.
 """
@@ -24,7 +24,8 @@ from collections.abc import Sequence
 
 import torch
 
-from kernels.reference.paged import gather_kv
+from kernels.attention_span import first_visible, span_of
+from kernels.reference.paged import gather_span
 
 __all__ = ["varlen_attention_reference", "cu_seqlens"]
 
@@ -59,8 +60,15 @@ def varlen_attention_reference(
     sm_scale: float | None = None,
     k_scale=None,
     v_scale=None,
+    sliding_window: int | None = None,
+    chunk_size: int | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Float32 attention of packed query chunks over a paged cache.
+
+    With a window or chunks each query sees keys from
+    :func:`kernels.attention_span.first_visible` of its position to itself, gathered from the
+    pages that hold them; ``sinks`` add one logit per head with a zero value to every row.
 
     Parameters
     ----------
@@ -74,12 +82,15 @@ def varlen_attention_reference(
         Tokens in the cache per sequence, the chunk's own included.
     sm_scale : float, optional; default ``1 / sqrt(head_dim)``
     k_scale, v_scale : FP8 dequantisation scales (float, [1] or [n_kv_heads]), optional
+    sliding_window, chunk_size : int, optional (at most one)
+    sinks : Tensor [n_q_heads], optional; natural-log logits
 
     Returns
     -------
     out : Tensor [total_q, n_q_heads, head_dim], float32
     lse : Tensor [total_q, n_q_heads], float32, natural log of each row's softmax denominator
     """
+    span = span_of(sliding_window, chunk_size)
     total_q, n_q_heads, head_dim = q.shape
     group = n_q_heads // k_cache.shape[1]
     scale = 1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale)
@@ -92,15 +103,22 @@ def varlen_attention_reference(
         n_q, n_kv = int(n_q), int(n_kv)
         if not 1 <= n_q <= n_kv:
             raise ValueError(f"sequence {b}: need 1 <= q_len <= seq_len, got {n_q} and {n_kv}")
-        k = _dequant(gather_kv(k_cache, block_tables[b], n_kv), k_scale).repeat_interleave(group, dim=0)
-        v = _dequant(gather_kv(v_cache, block_tables[b], n_kv), v_scale).repeat_interleave(group, dim=0)
+        context = n_kv - n_q
+        lo = first_visible(span, context)  # the first key any of the chunk's queries sees
+        k = _dequant(gather_span(k_cache, block_tables[b], lo, n_kv), k_scale).repeat_interleave(group, dim=0)
+        v = _dequant(gather_span(v_cache, block_tables[b], lo, n_kv), v_scale).repeat_interleave(group, dim=0)
         rows = slice(starts[b], starts[b + 1])
         qb = q[rows].float().transpose(0, 1)  # [Hq, n_q, D]
         scores = torch.einsum("hqd,hkd->hqk", qb, k) * scale
-        context = n_kv - n_q
-        pos = context + torch.arange(n_q, device=q.device)  # absolute position of each query
-        visible = torch.arange(n_kv, device=q.device)[None, :] <= pos[:, None]
-        scores = scores.masked_fill(~visible, float("-inf"))
+        positions = range(context, n_kv)  # absolute position of each query
+        pos = torch.tensor(positions, device=q.device)
+        first = torch.tensor([first_visible(span, p) for p in positions], device=q.device)
+        keys = torch.arange(lo, n_kv, device=q.device)[None, :]
+        scores = scores.masked_fill(~((keys <= pos[:, None]) & (keys >= first[:, None])), float("-inf"))
+        if sinks is not None:  # one more logit per head and row, with a zero value row
+            sink = sinks.float().to(q.device)[:, None, None].expand(n_q_heads, n_q, 1)
+            scores = torch.cat([scores, sink], dim=2)
+            v = torch.cat([v, torch.zeros_like(v[:, :1])], dim=1)
         out[rows] = torch.einsum("hqk,hkd->hqd", torch.softmax(scores, dim=-1), v).transpose(0, 1)
         lse[rows] = torch.logsumexp(scores, dim=-1).transpose(0, 1)
     return out, lse
