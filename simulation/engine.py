@@ -1,10 +1,15 @@
-"""The over-time engine: one run's state and its step loop (the model is in :mod:`simulation.timeline`).
+"""The over-time engine: one run's state and its event loop (the model is in :mod:`simulation.timeline`).
 
-Running requests live in parallel int64 arrays in admission order (``run_*``); per-request
-arrays (``prompt``, ``final``, ``resume_goal`` …) are indexed by request. A running request
-holds ``run_len`` token slots; it is prefilling while ``run_len ≤ run_goal`` (the tokens to
-compute before it decodes again) and decoding after. A pure-decode stretch is jumped over in
-one go (``_decode_jump``); every other step is simulated on its own (``_one_step``).
+The batch changes only at arrivals, admissions, chunk boundaries, completions and preemptions.
+A step that prefills or admits is simulated on its own (``_one_step``); a stretch of pure decode
+steps is jumped over in one go (``_decode_jump``) up to the next event: the first completion, the
+step that reaches the next arrival (when it could be admitted), or the last step the free blocks
+can feed. Running requests live in :class:`~simulation.engine_batch.Batch`, whose running totals
+give every figure of a step or a jump without a pass over the batch; per-request state is in
+Python lists indexed by request (a NumPy element read costs more than the arithmetic here).
+
+Few requests prefill at a step boundary (the loop does not rely on it): a prompt that does not
+finish in a step has taken the rest of the step's token budget, so nothing later is admitted in it.
 """
 
 from __future__ import annotations
@@ -12,21 +17,23 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from simulation.allocators import chunk_sizes, make_allocator
-from simulation.arith import paged_slots
 from simulation.block_pool import CachingPool, CountingPool, CpuTier
 from simulation.content import block_hashes, output_segment
-from simulation.engine_sums import Accumulator, paged_sums, series_from_samples
-from simulation.memory import MemoryBreakdown
+from simulation.engine_batch import DECODING, Batch
+from simulation.engine_cost import decode_seconds, steps_to_reach
+from simulation.engine_result import engine_result
+from simulation.engine_sums import Accumulator
 from simulation.policies import clip_to_context, reservation_tokens
 from simulation.run_budget import DEADLINE_EVERY, Deadline
-from simulation.timeline_types import Allocation, Preemption, PrefixStats, TimelineConfig, TimelineResult
+from simulation.timeline_types import Allocation, Preemption, TimelineConfig, TimelineResult
 from simulation.workloads import Workload
 from units import cdiv
 
@@ -34,11 +41,12 @@ from units import cdiv
 PAGED_WATERMARK = 0.01
 # Longest jump over decode steps (None: unlimited; tests set 1 to check the closed forms step by step).
 JUMP_LIMIT: int | None = None
+# Tests set this to check the batch's running totals against sums over its requests at every step.
+VERIFY_TOTALS = False
 PROGRESS_EVERY = 0.01  # how often, in completed requests as a share of all, progress is reported
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Admission:
+class _Admission(NamedTuple):
     """A waiting request the scheduler can admit now, and what admitting it takes."""
 
     request: int
@@ -59,16 +67,17 @@ class Engine:
         self.config = c = config
         self.progress, self.deadline = progress, deadline
         prompt, output, _ = clip_to_context(workload, c.max_context)
-        self.prompt, self.output, self.final = prompt, output, prompt + output
+        self.prompt, self.output, final = prompt, output, prompt + output
+        self.final = final.tolist()
         self.n = n = workload.size
         self.arrival = np.array(workload.arrival_s, dtype=np.float64)
         content = workload.content
-        self.parent = content.parent if content is not None else np.full(n, -1, dtype=np.int64)
-        self.think = content.think_s if content is not None else np.zeros(n)
+        parent = content.parent if content is not None else np.full(n, -1, dtype=np.int64)
+        self.think = (content.think_s if content is not None else np.zeros(n)).tolist()
         self.segments = content.segments if content is not None else None
         self.children: dict[int, list[int]] = {}
-        for child in np.flatnonzero(self.parent >= 0).tolist():
-            self.children.setdefault(int(self.parent[child]), []).append(child)
+        for child in np.flatnonzero(parent >= 0).tolist():
+            self.children.setdefault(int(parent[child]), []).append(child)
         self.paged = c.allocation is Allocation.PAGED
         self.block = block = c.block_size
         self.budget = c.budget.tokens
@@ -77,42 +86,47 @@ class Engine:
         self.caching = False
         if self.paged:
             self.total_blocks = self.budget // block
+            self.paged_external = self.budget - self.total_blocks * block  # the budget's remainder
             self.watermark = int(PAGED_WATERMARK * self.total_blocks)
-            fits = cdiv(self.final, block) <= self.total_blocks - self.watermark
+            fits = cdiv(final, block) <= self.total_blocks - self.watermark
             if c.cpu_tier is not None:
                 self.cpu = CpuTier(c.cpu_tier.capacity_blocks(c.block_bytes))
             self.caching = c.prefix_caching or self.cpu is not None
             self.pool = CachingPool(self.total_blocks, self.cpu) if self.caching else CountingPool(self.total_blocks)
-            self.reserved = self.chunk = np.zeros(n, dtype=np.int64)
+            self.chunk = self.reserved = [0] * n
         else:
             self.allocator = make_allocator(c.address_space, self.budget)
-            self.reserved = reservation_tokens(c.allocation.policy, prompt, output, c.max_context)
-            self.chunk = chunk_sizes(c.address_space, self.reserved)
-            fits = self.chunk <= int(self.allocator.hole_sizes().max())
+            reserved = reservation_tokens(c.allocation.policy, prompt, output, c.max_context)
+            chunk = chunk_sizes(c.address_space, reserved)
+            fits = chunk <= int(self.allocator.hole_sizes().max())
+            self.reserved, self.chunk = reserved.tolist(), chunk.tolist()
+            self.filled_of = np.minimum(chunk, final).tolist()
         rejected = ~fits
-        for child in np.flatnonzero(self.parent >= 0).tolist():  # a turn whose history never ran
-            rejected[child] |= rejected[self.parent[child]]
+        for child in np.flatnonzero(parent >= 0).tolist():  # a turn whose history never ran
+            rejected[child] |= rejected[parent[child]]
         self.rejected = rejected
         self.to_run = int((~rejected).sum())
-        roots = np.flatnonzero(~rejected & (self.parent < 0))
-        self.roots = roots[np.argsort(self.arrival[roots], kind="stable")]
-        self.root_arrival = self.arrival[self.roots]
+        roots = np.flatnonzero(~rejected & (parent < 0))
+        roots = roots[np.argsort(self.arrival[roots], kind="stable")]
+        self.roots, self.root_arrival = roots.tolist(), self.arrival[roots].tolist()
         self.next_root = 0
         self.released: list[tuple[float, int]] = []  # (arrival, request) of later turns, a heap
         self.queue: deque[int] = deque()
-        self.resume_goal = prompt.copy()
-        self.swapped = np.zeros(n, dtype=bool)
-        self.admitted_at = np.full(n, np.nan)
-        self.first_token_at = np.full(n, np.nan)
-        self.finished_at = np.full(n, np.nan)
+        self.resume_goal = prompt.tolist()
+        self.prompt_list = self.resume_goal.copy()
+        self.swapped = [False] * n
+        self.admitted_at, self.first_token_at, self.finished_at = ([math.nan] * n for _ in range(3))
         self.blocks: dict[int, list[int]] = {}  # caching pool: each running request's blocks
         self.hashes: dict[int, list[int]] = {}
         self.registered: dict[int, int] = {}  # full blocks of a running request put in the cache
         self.time = 0.0
         self.steps = 0
-        self.admissions = 0
-        self.run_id, self.run_len, self.run_goal, self.run_seq = (np.empty(0, dtype=np.int64) for _ in range(4))
-        self.run_offset = np.empty(0, dtype=np.int64)
+        self.batch = Batch(self.final, block, self.paged)
+        self.head_plan: _Admission | None = None  # what _decode_only found for the head of the queue
+        self.offset: dict[int, int] = {}  # contiguous: each running request's chunk
+        self.chunk_sum = self.reserved_sum = self.filled_sum = self.final_sum = 0  # contiguous, over the batch
+        self.allocator_version = 0  # bumped at every contiguous allocation or release
+        self.external_memo: tuple[int, int, int, int] = (-1, -1, 0, 0)  # (version, head chunk, external, largest)
         self.completed = self.preemptions = self.recomputed_tokens = self.swapped_tokens = 0
         self.stall_s = 0.0
         self.prefix_prompt = self.prefix_hits = self.prefix_cpu_hits = self.prefix_readmit_hits = 0
@@ -121,7 +135,7 @@ class Engine:
         self.cpu_loaded_tokens = 0
         self.acc = Accumulator()
         self.samples: list[tuple[float, ...]] = []
-        span = float(self.root_arrival[-1]) if self.roots.size else 0.0
+        span = self.root_arrival[-1] if self.roots else 0.0
         self.record_interval = span / (4 * c.series_points)
         self.next_record_time = 0.0
         self.last_progress = 0.0
@@ -129,65 +143,76 @@ class Engine:
 
     # ---- arrivals -----------------------------------------------------------------------------
     def _next_arrival(self) -> float:
-        candidates = []
-        if self.next_root < self.roots.size:
-            candidates.append(self.root_arrival[self.next_root])
-        if self.released:
-            candidates.append(self.released[0][0])
-        return min(candidates) if candidates else math.inf
+        upcoming = self.root_arrival[self.next_root] if self.next_root < len(self.roots) else math.inf
+        if self.released and self.released[0][0] < upcoming:
+            return self.released[0][0]
+        return upcoming
 
     def _enqueue_arrivals(self) -> None:
-        arrived = int(np.searchsorted(self.root_arrival, self.time, side="right"))
-        new = [(self.root_arrival[i], int(self.roots[i])) for i in range(self.next_root, arrived)]
-        self.next_root = max(self.next_root, arrived)
-        while self.released and self.released[0][0] <= self.time:
+        first, time, arrival = self.next_root, self.time, self.root_arrival
+        last = first
+        while last < len(arrival) and arrival[last] <= time:
+            last += 1
+        new = [(arrival[i], self.roots[i]) for i in range(first, last)]
+        self.next_root = last
+        while self.released and self.released[0][0] <= time:
             new.append(heapq.heappop(self.released))
         if new:
             new.sort()
             self.queue.extend(request for _, request in new)
 
     def _arrived_not_queued(self) -> int:
-        return (int(np.searchsorted(self.root_arrival, self.time, side="right")) - self.next_root
+        return (bisect_right(self.root_arrival, self.time) - self.next_root
                 + sum(1 for time, _ in self.released if time <= self.time))
 
     # ---- memory state -------------------------------------------------------------------------
-    def _held(self) -> np.ndarray:
-        if self.paged:
-            return paged_slots(self.run_len, self.block)
-        return self.chunk[self.run_id]
-
     def _duplicate_slots(self) -> int:
         """Slots counted twice when summing requests: shared (always full) cached blocks."""
         if not self.caching:
             return 0
-        own = int(cdiv(self.run_len, self.block).sum())
-        return (own - (self.total_blocks - self.pool.free)) * self.block
+        return (self.batch.held // self.block - (self.total_blocks - self.pool.free)) * self.block
+
+    def _holes(self) -> tuple[int, int]:
+        """Contiguous: (free slots in holes too small for the head of the line, largest hole)."""
+        head = self.queue[0] if self.queue else (
+            self.roots[self.next_root] if self.next_root < len(self.roots) else None)
+        need = -1 if head is None else self.chunk[head]
+        version, memo_need, external, largest = self.external_memo
+        if version != self.allocator_version or memo_need != need:
+            holes = self.allocator.hole_sizes().tolist()  # few holes: plain Python beats array reductions
+            largest = max(holes, default=0)
+            external = 0 if head is None else sum(hole for hole in holes if hole < need)
+            self.external_memo = (self.allocator_version, need, external, largest)
+        return external, largest
 
     def _external(self) -> int:
         """Free slots that cannot serve the next request: the paged remainder, or holes."""
-        if self.paged:
-            return self.budget - self.total_blocks * self.block
-        head = self.queue[0] if self.queue else (
-            int(self.roots[self.next_root]) if self.next_root < self.roots.size else None)
-        if head is None:
-            return 0
-        holes = self.allocator.hole_sizes()
-        return int(holes[holes < self.chunk[head]].sum())
+        return self.paged_external if self.paged else self._holes()[0]
 
     def _memory(self) -> tuple[int, int, int, int, int, int]:
         """Slots now: (tokens, filled eventually, reserved, allocated, external, cached free)."""
-        held = self._held()
-        dup = self._duplicate_slots()
-        tokens = int(self.run_len.sum()) - dup
-        filled = int(np.minimum(held, self.final[self.run_id]).sum()) - dup
-        allocated = int(held.sum()) - dup
-        reserved = allocated if self.paged else int(self.reserved[self.run_id].sum())
+        batch = self.batch
+        if VERIFY_TOTALS:
+            self._verify()
+        decode_tokens = batch.base_sum + batch.decoding * batch.clock
+        if not self.paged:
+            return (decode_tokens + batch.pre_len, self.filled_sum, self.reserved_sum, self.chunk_sum,
+                    self._holes()[0], 0)
+        dup = self._duplicate_slots() if self.caching else 0
+        held = decode_tokens + batch.tail + batch.pre_held - dup
         cached = self.pool.cached_free * self.block if self.caching else 0
-        return tokens, filled, reserved, allocated, self._external(), cached
+        return (decode_tokens + batch.pre_len - dup, held - batch.excess + batch.pre_filled - batch.pre_held,
+                held, held, self.paged_external, cached)
+
+    def _verify(self) -> None:
+        """The running totals against sums over the running requests."""
+        self.batch.verify()
+        if not self.paged:
+            assert self.chunk_sum == sum(self.chunk[request] for request in self.batch.order)
 
     def _integrate(self, seconds: float, memory: tuple[int, ...] | None = None) -> None:
         if seconds > 0:
-            self.acc.add(seconds, memory or self._memory(), self.run_id.size)
+            self.acc.add(seconds, memory or self._memory(), len(self.batch.order))
 
     def _record(self, force: bool = False) -> None:
         if not force and self.time < self.next_record_time:
@@ -196,7 +221,7 @@ class Engine:
         tokens, filled, reserved, allocated, external, cached = self._memory()
         self.samples.append((self.time, tokens, filled - tokens, reserved - filled,
                              allocated - reserved + external, self.budget - allocated - external, cached,
-                             self.run_id.size, len(self.queue) + self._arrived_not_queued(), self.preemptions,
+                             len(self.batch.order), len(self.queue) + self._arrived_not_queued(), self.preemptions,
                              *self.last_step))
         if self.caching:
             self.cached_peak = max(self.cached_peak, self.pool.cached)
@@ -205,7 +230,7 @@ class Engine:
     def _hashes(self, request: int) -> list[int]:
         """Hashes of every full block ``request`` will ever hold (prompt and output)."""
         if request not in self.hashes:
-            count = int(self.final[request]) // self.block
+            count = self.final[request] // self.block
             if self.segments is None:
                 stream = ((request, 0),)
             else:
@@ -223,17 +248,25 @@ class Engine:
                 self.pool.cache(blocks[index], hashes[index])
             self.registered[request] = full
 
+    def _register_computed(self, requests: list[int]) -> None:
+        """Register the computed full blocks of running ``requests`` (in admission order): after a
+        step or a jump, those whose computed tokens may have filled a block. A decoding request
+        fills one exactly when it takes a new block (its computed tokens are its length − 1)."""
+        batch = self.batch
+        for request in requests:
+            length = batch.length(request)
+            self._register(request, length - (length > batch.goal[request]))
+
     # ---- admission ----------------------------------------------------------------------------
     def _plan(self, request: int, budget: int) -> _Admission | None:
         """What admitting ``request`` with ``budget`` tokens left takes, or None if it cannot."""
         c, block = self.config, self.block
-        goal = int(self.resume_goal[request])
+        goal = self.resume_goal[request]
         if self.swapped[request]:
-            need = cdiv(goal, block)
+            need = -(-goal // block)
             if need > self.pool.free - self.watermark:
                 return None
-            return _Admission(request=request, start=goal, hit_blocks=[], cpu_blocks=0, chunk=0, new_len=goal,
-                              new_blocks=need, swap_in=True)
+            return _Admission(request, goal, [], 0, 0, goal, need, True)
         hits: list[int] = []
         cpu_blocks = 0
         if self.caching:
@@ -247,26 +280,35 @@ class Engine:
             return None
         new_len = start + chunk + (start + chunk == goal)
         if not self.paged:
-            if int(self.allocator.hole_sizes().max(initial=0)) < self.chunk[request]:
+            if self._holes()[1] < self.chunk[request]:
                 return None
-            return _Admission(request=request, start=0, hit_blocks=[], cpu_blocks=0, chunk=chunk, new_len=new_len,
-                              new_blocks=0, swap_in=False)
-        new_blocks = cdiv(new_len, block) - len(hits)
+            return _Admission(request, 0, [], 0, chunk, new_len, 0, False)
+        new_blocks = -(-new_len // block) - len(hits)
         evictable = self.pool.evictable(hits) if self.caching else 0
         if new_blocks > self.pool.free - evictable - self.watermark:
             return None
-        return _Admission(request=request, start=start, hit_blocks=hits, cpu_blocks=cpu_blocks, chunk=chunk,
-                          new_len=new_len, new_blocks=new_blocks, swap_in=False)
+        return _Admission(request, start, hits, cpu_blocks, chunk, new_len, new_blocks, False)
 
-    def _admit(self, plan: _Admission) -> tuple[int, float]:
-        """Take ``plan``'s memory; returns (offset, stall seconds)."""
+    def _still_admissible(self, plan: _Admission | None, grown: int) -> bool:
+        """Whether ``plan`` (made before the running requests took ``grown`` blocks) still holds."""
+        if plan is None or (grown and self.caching):
+            return False  # a cached block the plan reuses may have been evicted
+        return not grown or plan.new_blocks <= self.pool.free - self.watermark
+
+    def _admit(self, plan: _Admission) -> float:
+        """Take ``plan``'s memory and start running it; returns the stall seconds."""
         request, block = plan.request, self.block
-        offset, stall = -1, 0.0
-        first = np.isnan(self.admitted_at[request])
+        stall = 0.0
+        first = math.isnan(self.admitted_at[request])
         if first:
             self.admitted_at[request] = self.time
         if not self.paged:
-            offset = self.allocator.allocate(int(self.chunk[request]))
+            self.offset[request] = self.allocator.allocate(self.chunk[request])
+            self.allocator_version += 1
+            self.chunk_sum += self.chunk[request]
+            self.reserved_sum += self.reserved[request]
+            self.filled_sum += self.filled_of[request]
+            self.final_sum += self.final[request]
         elif self.caching:
             self.pool.touch(plan.hit_blocks)
             self.blocks[request] = plan.hit_blocks + self.pool.allocate(plan.new_blocks)
@@ -281,7 +323,7 @@ class Engine:
                 stall += seconds
         else:
             self.pool.take(plan.new_blocks)
-        goal = int(self.resume_goal[request])
+        goal = self.resume_goal[request]
         if plan.swap_in:
             self.swapped[request] = False
             self.swapped_tokens += goal
@@ -291,13 +333,13 @@ class Engine:
         else:
             hit_tokens = (len(plan.hit_blocks) + plan.cpu_blocks) * block
             if first:
-                self.prefix_prompt += int(self.prompt[request])
+                self.prefix_prompt += self.prompt_list[request]
                 self.prefix_hits += hit_tokens
                 self.prefix_cpu_hits += plan.cpu_blocks * block
             else:
                 self.prefix_readmit_hits += hit_tokens
                 self.recomputed_tokens += goal - hit_tokens
-        return offset, stall
+        return stall
 
     def _swap_seconds(self, tokens: int) -> float:
         if self.cpu is not None:
@@ -306,12 +348,13 @@ class Engine:
 
     # ---- preemption ---------------------------------------------------------------------------
     def _preempt_latest(self) -> tuple[int, float]:
-        """Preempt the latest admitted running request; returns (its index before removal, stall)."""
-        victim = int(np.argmax(self.run_seq))
-        request, length = int(self.run_id[victim]), int(self.run_len[victim])
-        decoding = length > self.run_goal[victim]
+        """Preempt the latest admitted running request (paged); returns (the request, stall)."""
+        batch = self.batch
+        request = batch.latest()
+        decoding = batch.state[request] == DECODING
+        length = batch.remove(request)
         stall = 0.0
-        blocks = cdiv(length, self.block)
+        blocks = -(-length // self.block)
         if self.caching:
             self.pool.release(self.blocks.pop(request))
             self.registered.pop(request, None)
@@ -329,205 +372,187 @@ class Engine:
             self.stall_s += stall
         self.queue.appendleft(request)
         self.preemptions += 1
-        self._keep(np.arange(self.run_id.size) != victim)
-        return victim, stall
-
-    def _keep(self, mask: np.ndarray) -> None:
-        for name in ("run_id", "run_len", "run_goal", "run_seq", "run_offset"):
-            setattr(self, name, getattr(self, name)[mask])
+        return request, stall
 
     # ---- one step -----------------------------------------------------------------------------
     def _one_step(self) -> None:
-        c, block = self.config, self.block
-        budget = c.max_num_batched_tokens
-        decoding = self.run_len > self.run_goal
-        new_len = self.run_len + decoding
-        chunk = np.zeros(self.run_id.size, dtype=np.int64)
-        budget -= int(decoding.sum())
-        for index in np.flatnonzero(~decoding).tolist():  # running prefills, in admission order
-            left = int(self.run_goal[index] - self.run_len[index])
+        c, block, batch = self.config, self.block, self.batch
+        budget = c.max_num_batched_tokens - batch.decoding
+        chunks: dict[int, tuple[int, int, int]] = {}  # running prefills given a chunk: (length, chunk, new length)
+        for request in batch.prefilling or ():  # admission order
+            length = batch.base[request]
+            left = batch.goal[request] - length
             take = min(left, budget)
             if take <= 0 or (not c.chunked_prefill and take < left):
                 break
-            chunk[index] = take
+            chunks[request] = (length, take, length + take + (take == left))
             budget -= take
-            new_len[index] = self.run_len[index] + take + (take == left)
         stall = 0.0
         preempted = False
+        grown = 0  # blocks the running requests take before admission
+        touched = list(chunks)  # caching: running requests whose computed tokens may fill a block
         if self.paged:
-            while True:
-                need = cdiv(new_len, block) - cdiv(self.run_len, block)
-                if int(need.sum()) <= self.pool.free:
-                    break
+            needs = {request: -(-new // block) + length // -block
+                     for request, (length, _, new) in chunks.items()} if chunks else {}
+            while (grown := batch.growth(1) + (sum(needs.values()) if needs else 0)) > self.pool.free:
                 victim, seconds = self._preempt_latest()
+                needs.pop(victim, None)
+                chunks.pop(victim, None)
                 stall += seconds
                 preempted = True
-                keep = np.arange(new_len.size) != victim
-                new_len, chunk, decoding, need = new_len[keep], chunk[keep], decoding[keep], need[keep]
-            if self.caching:
-                for request, count in zip(self.run_id.tolist(), need.tolist()):
+            if self.caching and grown:
+                clock, touched = batch.clock, []
+                for request in batch.order:
+                    count = (needs.get(request, 0) if batch.state[request] != DECODING
+                             else (batch.base[request] + clock) % block == 0)
                     if count:
-                        self.blocks[request] += self.pool.allocate(count)
-            else:
-                self.pool.take(int(need.sum()))
-        scheduled = decoding | (chunk > 0)
-        context = int(self.run_len[scheduled].sum())
-        pairs = int(self.run_len[decoding].sum()) + int((chunk * self.run_len + chunk * (chunk + 1) // 2).sum())
-        computed = int(decoding.sum()) + int(chunk.sum())
-        admitted: list[tuple[int, int, int, int]] = []  # (request, new length, goal, offset)
+                        self.blocks[request] += self.pool.allocate(int(count))
+                    if count or request in chunks:
+                        touched.append(request)
+            elif grown:
+                self.pool.take(grown)
+        context = pairs = batch.decode_tokens
+        computed = batch.decoding
+        for length, take, _ in chunks.values():
+            context += length
+            pairs += take * length + take * (take + 1) // 2
+            computed += take
+        # The head's plan from _decode_only still holds when nothing was allocated since.
+        plan = self.head_plan if not chunks and self._still_admissible(self.head_plan, grown) else None
+        self.head_plan = None
+        admitted: list[_Admission] = []
         while (not preempted and self.queue and budget > 0
-               and self.run_id.size + len(admitted) < c.max_num_seqs):
-            plan = self._plan(self.queue[0], budget)
+               and len(batch.order) + len(admitted) < c.max_num_seqs):
             if plan is None:
-                break
+                plan = self._plan(self.queue[0], budget)
+                if plan is None:
+                    break
             self.queue.popleft()
-            offset, seconds = self._admit(plan)
-            stall += seconds
+            stall += self._admit(plan)
             budget -= plan.chunk
             if not plan.swap_in:
                 context += plan.start
                 pairs += plan.chunk * plan.start + plan.chunk * (plan.chunk + 1) // 2
                 computed += plan.chunk
-            goal = plan.new_len - 1 if plan.swap_in else int(self.resume_goal[plan.request])
-            admitted.append((plan.request, plan.new_len, goal, offset))
+            admitted.append(plan)
+            plan = None
         step_s = c.step_cost.seconds(context=context, computed=computed, pairs=pairs) + stall
-        finished_prefill = (~decoding) & (new_len > self.run_goal)
-        self.run_len = new_len
-        if admitted:
-            ids, lengths, goals, offsets = (np.asarray(col, dtype=np.int64) for col in zip(*admitted))
-            seqs = np.arange(self.admissions, self.admissions + ids.size, dtype=np.int64)
-            self.admissions += ids.size
-            self.run_id = np.concatenate([self.run_id, ids])
-            self.run_len = np.concatenate([self.run_len, lengths])
-            self.run_goal = np.concatenate([self.run_goal, goals])
-            self.run_seq = np.concatenate([self.run_seq, seqs])
-            self.run_offset = np.concatenate([self.run_offset, offsets])
-            finished_prefill = np.concatenate([finished_prefill, lengths > goals])
+        batch.advance(1, batch.growth(1) if self.paged else 0)
+        first_tokens = [request for request, (_, _, new) in chunks.items() if batch.prefill_to(request, new)]
+        for plan in admitted:
+            goal = plan.new_len - 1 if plan.swap_in else self.resume_goal[plan.request]
+            batch.admit(plan.request, plan.new_len, goal)
+            if plan.new_len > goal:
+                first_tokens.append(plan.request)
         self._integrate(step_s)
         self.time += step_s
         self.steps += 1
         self.last_step = (step_s, computed)
-        newly = self.run_id[finished_prefill]
-        unset = np.isnan(self.first_token_at[newly])
-        self.first_token_at[newly[unset]] = self.time
+        for request in first_tokens:
+            if math.isnan(self.first_token_at[request]):
+                self.first_token_at[request] = self.time
         if self.caching:
-            computed_tokens = self.run_len - (self.run_len > self.run_goal)
-            for request, tokens in zip(self.run_id.tolist(), computed_tokens.tolist()):
-                self._register(request, tokens)
+            self._register_computed([request for request in touched if request in batch.order]
+                                    + [plan.request for plan in admitted])
 
     # ---- a stretch of pure decode steps -------------------------------------------------------
     def _decode_only(self) -> bool:
         """True when the next step only decodes: nobody prefills and the head cannot be admitted."""
-        if self.run_id.size == 0 or np.any(self.run_len <= self.run_goal):
+        batch = self.batch
+        if not batch.order or batch.prefilling:
             return False
         if not self.queue:
             return True
-        if self.run_id.size >= self.config.max_num_seqs:
+        if len(batch.order) >= self.config.max_num_seqs:
             return True
-        return self._plan(self.queue[0], self.config.max_num_batched_tokens - self.run_id.size) is None
-
-    def _first_need(self) -> np.ndarray:
-        return paged_slots(self.run_len, self.block) - self.run_len + 1
-
-    def _blocks_needed(self, steps: int, first_need: np.ndarray) -> int:
-        return int(np.maximum(0, (steps - first_need) // self.block + 1).sum())
+        self.head_plan = self._plan(self.queue[0], self.config.max_num_batched_tokens - len(batch.order))
+        return self.head_plan is None
 
     def _decode_jump(self) -> None:
-        c, block = self.config, self.block
-        if self.paged and self._blocks_needed(1, self._first_need()) > self.pool.free:
+        c, block, batch = self.config, self.block, self.batch
+        # A step takes at most a block per decoding request: only a pool with fewer can run short.
+        if self.paged and batch.decoding > self.pool.free and batch.growth(1) > self.pool.free:
             stall = 0.0
-            while self.run_id.size and self._blocks_needed(1, self._first_need()) > self.pool.free:
+            while batch.order and batch.growth(1) > self.pool.free:
                 stall += self._preempt_latest()[1]
             self._integrate(stall)
             self.time += stall
             return  # the preempted request may be admissible again: the loop decides
-        batch = self.run_id.size
-        context = int(self.run_len.sum())
-        steps = int((self.final[self.run_id] - self.run_len).min())
+        size = len(batch.order)
+        context = batch.decode_tokens
+        steps = batch.min_remaining()
         if JUMP_LIMIT is not None:
             steps = min(steps, JUMP_LIMIT)
-        if not self.queue and batch < c.max_num_seqs:
+        if not self.queue and size < c.max_num_seqs:
             wait = self._next_arrival() - self.time
             if math.isfinite(wait):
-                steps = min(steps, self._steps_to_reach(batch, context, wait, steps))
-        first_need = self._first_need()
-        if self.paged and self._blocks_needed(steps, first_need) > self.pool.free:
-            low, high = 1, steps  # needed(low) fits, needed(high) does not
-            while high - low > 1:
-                middle = (low + high) // 2
-                low, high = (middle, high) if self._blocks_needed(middle, first_need) <= self.pool.free else (low, middle)
-            steps = low
-        seconds = c.step_cost.decode_seconds(batch=batch, context=context, steps=steps)
-        self._integrate_decode(steps, seconds)
+                steps = min(steps, steps_to_reach(c.step_cost, size, context, wait, steps))
+        blocks = 0
         if self.paged:
+            blocks = batch.growth(steps)
+            if blocks > self.pool.free:
+                low, high = 1, steps  # growth(low) fits, growth(high) does not
+                while high - low > 1:
+                    middle = (low + high) // 2
+                    low, high = (middle, high) if batch.growth(middle) <= self.pool.free else (low, middle)
+                steps = low
+                blocks = batch.growth(steps)
+        seconds = decode_seconds(c.step_cost, size, context, steps)
+        # Integrals over the steps, each counted at the mean step time (exact for a constant
+        # step, a second-order error otherwise); memory figures summed over the steps.
+        token_sum = steps * context + size * steps * (steps + 1) // 2
+        if self.paged:
+            held_sum = token_sum + batch.tail_integral(steps)
+            excess = batch.excess * steps
+            dup = self._duplicate_slots() * steps if self.caching else 0
+            cached = self.pool.cached_free * block if self.caching else 0
+            external = self.paged_external
             if self.caching:
-                grow = cdiv(self.run_len + steps, block) - cdiv(self.run_len, block)
-                for request, count in zip(self.run_id.tolist(), grow.tolist()):
-                    if count:
-                        self.blocks[request] += self.pool.allocate(count)
+                growing = batch.growing(steps)
+                for request, count in growing:
+                    self.blocks[request] += self.pool.allocate(count)
             else:
-                self.pool.take(self._blocks_needed(steps, first_need))
-        self.run_len = self.run_len + steps
+                self.pool.take(blocks)
+            excess += batch.advance(steps, blocks)
+            token_sum, held_sum = token_sum - dup, held_sum - dup
+            memory = (token_sum, held_sum - excess, held_sum, held_sum, steps * external, steps * cached)
+        else:
+            memory = (token_sum, steps * self.final_sum, steps * self.reserved_sum, steps * self.chunk_sum,
+                      steps * self._external(), 0)
+            batch.advance(steps, 0)
+        self.acc.add(seconds / steps, memory, steps * size)
         self.time += seconds
         self.steps += steps
-        self.last_step = (seconds / steps, batch)
+        self.last_step = (seconds / steps, size)
         if self.caching:
-            for request, tokens in zip(self.run_id.tolist(), (self.run_len - 1).tolist()):
-                self._register(request, tokens)
-
-    def _steps_to_reach(self, batch: int, context: int, wait: float, cap: int) -> int:
-        """Fewest decode steps (≥ 1, ≤ cap) whose total time reaches ``wait`` seconds."""
-        cost = self.config.step_cost
-        if cost.is_constant_decode:
-            one = cost.decode_seconds(batch=batch, context=context, steps=1)
-            return max(1, min(cap, math.ceil(wait / one)))
-        counts = np.arange(1, cap + 1)
-        total = cost.decode_seconds(batch=batch, context=context, steps=counts)
-        return int(min(cap, max(1, np.searchsorted(total, wait) + 1)))
-
-    def _integrate_decode(self, steps: int, seconds: float) -> None:
-        """Integrals over ``steps`` decode steps lasting ``seconds`` together (each step counted at
-        the mean step time: exact for a constant step, a second-order error otherwise)."""
-        step_s = seconds / steps
-        lengths, final = self.run_len, self.final[self.run_id]
-        token_sum = steps * int(lengths.sum()) + lengths.size * steps * (steps + 1) // 2
-        if self.paged:
-            held_sum, filled_sum = paged_sums(lengths, final, steps, self.block)
-            dup = self._duplicate_slots() * steps
-            token_sum, held_sum, filled_sum = token_sum - dup, held_sum - dup, filled_sum - dup
-            reserved_sum = held_sum
-        else:
-            held_sum = steps * int(self.chunk[self.run_id].sum())
-            filled_sum = steps * int(final.sum())
-            reserved_sum = steps * int(self.reserved[self.run_id].sum())
-        cached = self.pool.cached_free * self.block if self.caching else 0
-        self.acc.add(step_s, (token_sum, filled_sum, reserved_sum, held_sum, steps * self._external(),
-                              steps * cached), steps * lengths.size)
+            self._register_computed([request for request, _ in growing])
 
     # ---- completion ---------------------------------------------------------------------------
     def _finish(self) -> None:
-        done = self.run_len >= self.final[self.run_id]
-        if not done.any():
-            return
-        for request in self.run_id[done].tolist():
+        batch, block = self.batch, self.block
+        done = batch.pop_done()
+        for request in done:
             self.finished_at[request] = self.time
             if self.caching:
-                self._register(request, int(self.final[request]) - 1)
+                self._register(request, self.final[request] - 1)
                 self.pool.release(self.blocks.pop(request))
                 self.registered.pop(request, None)
                 self.hashes.pop(request, None)
+            elif self.paged:
+                self.pool.give(-(-self.final[request] // block))
+            else:
+                self.allocator.release(self.offset.pop(request))
+                self.allocator_version += 1
+                self.chunk_sum -= self.chunk[request]
+                self.reserved_sum -= self.reserved[request]
+                self.filled_sum -= self.filled_of[request]
+                self.final_sum -= self.final[request]
             for child in self.children.get(request, ()):
-                if self.rejected[child]:
-                    continue
-                self.arrival[child] = self.time + self.think[child]
-                heapq.heappush(self.released, (self.arrival[child], child))
-        if self.paged and not self.caching:
-            self.pool.give(int(cdiv(self.run_len[done], self.block).sum()))
-        elif not self.paged:
-            for offset in self.run_offset[done].tolist():
-                self.allocator.release(offset)
-        self.completed += int(done.sum())
-        self._keep(~done)
+                if not self.rejected[child]:
+                    self.arrival[child] = self.time + self.think[child]
+                    heapq.heappush(self.released, (self.arrival[child], child))
+            batch.remove(request)
+        self.completed += len(done)
         if self.progress is not None and self.completed / max(self.to_run, 1) - self.last_progress >= PROGRESS_EVERY:
             self.last_progress = self.completed / self.to_run
             self.progress(self.last_progress)
@@ -536,11 +561,18 @@ class Engine:
     def run(self) -> TimelineResult:
         external = self._external()
         self.samples.append((0.0, 0, 0, 0, external, self.budget - external, 0, 0, 0, 0, 0.0, 0))
-        for loop in itertools.takewhile(lambda _: self.completed < self.to_run, itertools.count()):
+        batch, done_heap, arrival = self.batch, self.batch.done_heap, self.root_arrival
+        loop = -1
+        while self.completed < self.to_run:
+            loop += 1
             if self.deadline is not None and loop % DEADLINE_EVERY == 0:
                 self.deadline.check(self.completed / max(1, self.to_run))
-            self._enqueue_arrivals()
-            if self.run_id.size == 0 and not self.queue:
+            # The checks below are _enqueue_arrivals', _finish's and _record's own, inlined: most
+            # events have nothing for them.
+            if ((self.next_root < len(arrival) and arrival[self.next_root] <= self.time)
+                    or (self.released and self.released[0][0] <= self.time)):
+                self._enqueue_arrivals()
+            if not batch.order and not self.queue:
                 upcoming = self._next_arrival()
                 if not math.isfinite(upcoming):
                     break  # nothing left that can arrive
@@ -552,47 +584,14 @@ class Engine:
                 self._decode_jump()
             else:
                 self._one_step()
-            self._finish()
-            self._record()
+            if done_heap and done_heap[0][0] <= batch.clock:
+                self._finish()
+            if self.time >= self.next_record_time:
+                self._record()
         self._record(force=True)
         if self.progress is not None:
             self.progress(1.0)
-        return self._result()
-
-    def _result(self) -> TimelineResult:
-        duration = self.time
-        span = duration if duration > 0 else 1.0
-        tokens, filled, reserved, held, external, _ = (value / span for value in self.acc.memory)
-        breakdown = MemoryBreakdown(
-            token_states=tokens, reservation=filled - tokens, internal_fragmentation=reserved - filled,
-            external_fragmentation=held - reserved + external, free=self.budget - held - external,
-        )
-        wait = self.admitted_at - self.arrival
-        ttft = self.first_token_at - self.arrival
-        later = (self.output - 1).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(later > 0, (self.finished_at - self.first_token_at) / later, np.nan)
-        return TimelineResult(
-            config=self.config, completed=self.completed, rejected=int(self.rejected.sum()),
-            duration_s=duration, mean_batch_size=self.acc.batch / span,
-            token_state_fraction=tokens / self.budget, breakdown=breakdown,
-            preemptions=self.preemptions, recomputed_tokens=self.recomputed_tokens,
-            swapped_tokens=self.swapped_tokens, preemption_stall_s=self.stall_s,
-            wait_s=wait, ttft_s=ttft, tpot_s=tpot,
-            mean_step_s=duration / self.steps if self.steps else 0.0, steps=self.steps,
-            prefix=self._prefix_stats(), series=series_from_samples(self.samples, self.config.series_points),
-        )
-
-    def _prefix_stats(self) -> PrefixStats | None:
-        if not self.caching:
-            return None
-        stats = self.cpu.stats if self.cpu is not None else None
-        return PrefixStats(
-            prompt_tokens=self.prefix_prompt, hit_tokens=self.prefix_hits, cpu_hit_tokens=self.prefix_cpu_hits,
-            readmission_hit_tokens=self.prefix_readmit_hits, evictions=self.pool.evictions,
-            cached_blocks_peak=self.cached_peak, cpu_stored_blocks=stats.stored if stats else 0,
-            cpu_dropped_blocks=stats.dropped if stats else 0, cpu_loaded_tokens=self.cpu_loaded_tokens,
-            cpu_transfer_s=self.cpu_transfer_s)
+        return engine_result(self)
 
 
 def _takewhile_in(cached, hashes: list[int]):

@@ -46,8 +46,14 @@ class Accumulator:
 
     def add(self, seconds: float, memory: tuple[int, ...], batch: float) -> None:
         """Add ``seconds`` × each figure (figures may already be sums over steps of ``seconds``)."""
-        for index, value in enumerate(memory):
-            self.memory[index] += seconds * value
+        total = self.memory
+        tokens, filled, reserved, allocated, external, cached = memory  # unrolled: called at every event
+        total[0] += seconds * tokens
+        total[1] += seconds * filled
+        total[2] += seconds * reserved
+        total[3] += seconds * allocated
+        total[4] += seconds * external
+        total[5] += seconds * cached
         self.batch += seconds * batch
 
 
