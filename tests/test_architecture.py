@@ -200,14 +200,14 @@ def test_the_kernel_state_notes_exist_and_stay_short(name):
 
 # One public entry per job: outside kernels/decode/, code reaches a decode kernel only through
 # kernels.decode.api (the kernels' own launchers are for the entry and the kernels' tests).
-_DECODE_LAUNCHERS = ("triton_decode", "triton_int4_decode", "rdq_decode")
+_DECODE_LAUNCHERS = ("triton_decode", "triton_int4_decode", "rdq_decode", "triton_mla_decode")
 _APP_AND_LIBRARY_DIRS = ("kernels", "ui", "pages", "planner", "sizing", "simulation", "scripts", "benchmarks")
 
 
 def test_decode_has_one_public_entry():
     import kernels.decode.api as api
 
-    assert api.__all__ == ["paged_decode_attention", "DecodePlan", "decode_plan"]
+    assert api.__all__ == ["paged_decode_attention", "DecodePlan", "decode_plan", "mla_decode_attention"]
     offenders = []
     for folder in _APP_AND_LIBRARY_DIRS:
         for path in sorted((ROOT / folder).rglob("*.py")):

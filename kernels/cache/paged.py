@@ -41,6 +41,9 @@ __all__ = [
     "quantize_pool_fp8",
     "quantize_kv_fp8",
     "FP8_MAX",
+    "FP8_DTYPE",
+    "check_build_args",
+    "layout_tables",
 ]
 
 FP8_DTYPE = torch.float8_e4m3fn
@@ -121,8 +124,9 @@ class PagedKVCache:
         return sum(self.lengths) / held if held else 1.0
 
 
-def _check_build_args(seq_lens: Sequence[int], block_size: int, n_kv_heads: int, head_dim: int,
+def check_build_args(seq_lens: Sequence[int], block_size: int, n_kv_heads: int, head_dim: int,
                       spare_blocks: int) -> list[int]:
+    """``seq_lens`` as ints, after refusing an empty batch, empty sequences and a bad geometry."""
     lens = [int(n) for n in seq_lens]
     if not lens:
         raise ValueError("seq_lens must name at least one sequence")
@@ -137,7 +141,7 @@ def _check_build_args(seq_lens: Sequence[int], block_size: int, n_kv_heads: int,
     return lens
 
 
-def _layout_tables(lens: list[int], block_size: int, num_blocks: int, max_blocks_per_seq: int,
+def layout_tables(lens: list[int], block_size: int, num_blocks: int, max_blocks_per_seq: int,
                    shuffle: bool, generator: torch.Generator | None) -> torch.Tensor:
     """Block tables: consecutive pool indices, or a random permutation of the pool."""
     need = [cdiv(n, block_size) for n in lens]
@@ -215,7 +219,7 @@ def build_paged_cache(
     -------
     PagedKVCache
     """
-    lens = _check_build_args(seq_lens, block_size, n_kv_heads, head_dim, spare_blocks)
+    lens = check_build_args(seq_lens, block_size, n_kv_heads, head_dim, spare_blocks)
     need = [cdiv(n, block_size) for n in lens]
     width = max(need) if max_blocks_per_seq is None else max_blocks_per_seq
     if width < max(need):
@@ -228,7 +232,7 @@ def build_paged_cache(
     shape = (num_blocks, n_kv_heads, block_size, head_dim)
     k = torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
     v = torch.randn(shape, generator=generator, device=generator.device, dtype=torch.float32)
-    tables = _layout_tables(lens, block_size, num_blocks, width, shuffle, generator)
+    tables = layout_tables(lens, block_size, num_blocks, width, shuffle, generator)
     cache = PagedKVCache(
         k_cache=k.to(device=device, dtype=dtype),
         v_cache=v.to(device=device, dtype=dtype),
@@ -259,12 +263,12 @@ def paged_from_contiguous(
     if k.shape != v.shape or k.dim() != 4:
         raise ValueError(f"k and v must both be [batch, n_kv_heads, max_len, head_dim], got {tuple(k.shape)}, {tuple(v.shape)}")
     batch, n_kv_heads, max_len, head_dim = k.shape
-    lens = _check_build_args(seq_lens, block_size, n_kv_heads, head_dim, spare_blocks)
+    lens = check_build_args(seq_lens, block_size, n_kv_heads, head_dim, spare_blocks)
     if len(lens) != batch or max(lens) > max_len:
         raise ValueError(f"seq_lens {lens} do not fit k of shape {tuple(k.shape)}")
     need = [cdiv(n, block_size) for n in lens]
     num_blocks = sum(need) + spare_blocks
-    tables = _layout_tables(lens, block_size, num_blocks, max(need), shuffle, generator)
+    tables = layout_tables(lens, block_size, num_blocks, max(need), shuffle, generator)
     shape = (num_blocks, n_kv_heads, block_size, head_dim)
     k_cache = torch.zeros(shape, dtype=k.dtype, device=k.device)
     v_cache = torch.zeros(shape, dtype=v.dtype, device=v.device)

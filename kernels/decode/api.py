@@ -1,5 +1,6 @@
-"""The one decode entry: ``paged_decode_attention`` takes any pool this package stores (16-bit,
-FP8, INT4) and runs the kernel :mod:`kernels.decode.backends` picks for it.
+"""The decode entries: ``paged_decode_attention`` takes any K/V pool this package stores (16-bit,
+FP8, INT4) and runs the kernel :mod:`kernels.decode.backends` picks for it; ``mla_decode_attention``
+takes an MLA latent cache (:mod:`kernels.cache.mla`), whose heads share one latent instead of K/V.
 
 The Triton kernels (:mod:`kernels.decode.paged` for 16-bit and FP8 pools, :mod:`kernels.decode.int4`
 for INT4 ones) run everywhere, the interpreter included; the register-dequant kernel
@@ -16,13 +17,15 @@ import torch
 
 from kernels.attention_span import FULL, span_of
 from kernels.cache.int4 import Int4Pool
+from kernels.cache.mla import MlaLatentCache
 from kernels.decode.backends import choose_kernel, default_rdq_config
 from kernels.decode.config import DecodeConfig
 from kernels.decode.int4 import default_int4_config, int4_num_splits, triton_int4_decode
+from kernels.decode.mla import MlaConfig, triton_mla_decode
 from kernels.decode.paged import decode_num_splits, default_config, triton_decode
 from kernels.decode.rdq_config import RdqConfig
 
-__all__ = ["paged_decode_attention", "DecodePlan", "decode_plan"]
+__all__ = ["paged_decode_attention", "DecodePlan", "decode_plan", "mla_decode_attention"]
 
 
 def paged_decode_attention(
@@ -182,3 +185,33 @@ def decode_plan(q: torch.Tensor, k: torch.Tensor | Int4Pool, v: torch.Tensor | I
         cfg = config or default_config(head_dim, k.dtype)
         splits = decode_num_splits(q, k, v, block_tables, seq_lens, config=cfg, in_graph=in_graph)
     return DecodePlan(kernel="triton", config=cfg, num_splits=splits)
+
+
+def mla_decode_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLatentCache, *, sm_scale: float,
+                         num_splits: int | None = None, config: MlaConfig | None = None,
+                         validate: bool = True) -> torch.Tensor:
+    """MLA decode in the absorbed form (:mod:`kernels.reference.mla`): one query token per
+    sequence, every head against the sequence's shared latent.
+
+    Parameters
+    ----------
+    q_latent : Tensor [batch, n_heads, kv_lora_rank], bf16 or fp16, last dim contiguous
+        The query's no-rope part already multiplied by W_UK (``q_nope W_UK^T`` per head).
+    q_rope : Tensor [batch, n_heads, rope_dim], same dtype
+        The query's rope part.
+    cache : MlaLatentCache
+        The latent pool ``[num_blocks, block_size, kv_lora_rank + rope_dim]`` (the query's dtype
+        or float8_e4m3fn with its scale), tables and lengths; rank and rope dim powers of two >= 16.
+    sm_scale : float
+        Softmax scale: MLA's is ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)`` (DeepSeek-V3:
+        1 / sqrt(192)) times any YaRN factor, not a function of the latent's width, so it is required.
+    num_splits, config, validate
+        As :func:`paged_decode_attention` (``config`` an :class:`~kernels.decode.mla.MlaConfig`).
+
+    Returns
+    -------
+    Tensor [batch, n_heads, kv_lora_rank], dtype of ``q_latent``: the attention over the latent,
+    which the model multiplies by W_UV per head.
+    """
+    return triton_mla_decode(q_latent, q_rope, cache, sm_scale=sm_scale, num_splits=num_splits, config=config,
+                             validate=validate)
