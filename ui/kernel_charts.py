@@ -39,6 +39,11 @@ CONTENDER_STYLE = {
     "SDPA cuDNN (contiguous)": ("#d62728", "x"),
     "SDPA EFFICIENT (contiguous)": ("#17becf", "cross"),
     "naive softmax(QKᵀ)V": ("#7f7f7f", "triangle-down"),
+    "cuDNN paged SDPA": ("#e377c2", "hourglass"),
+    "FlashInfer decode, tensor cores": ("#bcbd22", "hexagon"),
+    "FlashInfer decode, CUDA cores": ("#dbdb8d", "bowtie"),
+    "FlashInfer decode, tensor cores, FP8 KV": ("#ffbb78", "diamond-wide"),
+    "FlashInfer decode, CUDA cores, FP8 KV": ("#c49c94", "diamond-tall"),
     "Triton tiled forward": ("#1f77b4", "circle"),
     "Triton tiled forward, triton.language kernel": ("#aec7e8", "pentagon"),
     "Triton chunked prefill, one launch": ("#1f77b4", "circle"),
@@ -107,7 +112,7 @@ def roofline_figure(result: DecodeResult | PrefillResult | MixedResult, ceilings
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"dash": dash, "color": "grey"},
                                  name=f"roof, {hw.name}: {hw.hbm_tbps:.2f} TB/s, {hw.tflops:.0f} TFLOP/s"))
     for i, row in enumerate(pts.itertuples()):
-        color, symbol = CONTENDER_STYLE.get(row.contender, ("#bcbd22", "hexagon"))
+        color, symbol = CONTENDER_STYLE.get(row.contender, ("#c7c7c7", "asterisk"))
         fig.add_trace(go.Scatter(
             x=[row.intensity], y=[row.tflops], mode="markers", name=row.contender,
             marker={"size": max(10, 22 - 2 * i), "color": color, "symbol": f"{symbol}-open",

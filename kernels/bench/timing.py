@@ -175,11 +175,14 @@ def _first_call(fn: Callable[[], object], check: Callable[[], tuple[float, str]]
                 ) -> tuple[int, float | None, str]:
     """Run ``fn`` once: its peak memory above what was allocated before, and the error check."""
     torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
     fn()
     torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated() - base
+    # A call that frees more than it allocates (a library dropping a workspace it cached) peaks
+    # at what was there: 0 bytes above it, never a negative count (FlashInfer's tensor-core
+    # wrapper read -1,024 at six large shapes on the H200 when this was unclamped).
+    peak = max(0, torch.cuda.max_memory_allocated() - base)
     err, note = check() if check is not None else (None, "")
     return peak, err, note
 

@@ -346,12 +346,12 @@ def test_sidebar_shape_is_followed_after_the_first_render():
     at.query_params["batch"] = "32"
     at.query_params["len"] = "16384"
     at.run()
-    # Shipped run (h200-2026-12-01.json), B=32 L=16K 32/8 d=128: 0.50160 ms by CUDA-graph replay.
-    assert _metric(at, "Kernel median time") == "501.6 µs"
+    # Shipped run (h200-2026-12-03.json), B=32 L=16K 32/8 d=128: 0.501344 ms by CUDA-graph replay.
+    assert _metric(at, "Kernel median time") == "501.3 µs"
     at.selectbox(key="kernels.batch").set_value(8).run()
     assert not at.exception
-    # B=8 L=16K: 0.135424 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 135.424 µs = 3.96 TB/s.
-    assert _metric(at, "Kernel median time") == "135.4 µs"
+    # B=8 L=16K: 0.1356 ms; KV 2 x 8 x 16384 x 8 x 128 x 2 B = 536,870,912 B / 135.6 µs = 3.96 TB/s.
+    assert _metric(at, "Kernel median time") == "135.6 µs"
     assert _metric(at, "Achieved TB/s") == "3.96"
     assert "not in these results" not in _texts(at.caption)
 
@@ -366,17 +366,17 @@ def _shipped_app(**query) -> AppTest:
 def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
     at = _shipped_app()
     assert not at.exception
-    # Shipped run, B=8 L=32K 32/8 d=128: 0.261056 ms replayed; 1,073,741,824 B / 261.056 µs = 4.113 TB/s,
-    # 96 % of the run's 4.2746 TB/s copy (h200-2026-12-01.json).
-    assert _metric(at, "Kernel median time") == "261.1 µs"
-    assert _metric(at, "Achieved TB/s") == "4.11"
+    # Shipped run, B=8 L=32K 32/8 d=128: 0.26088 ms replayed; 1,073,741,824 B / 260.88 µs = 4.116 TB/s,
+    # 96 % of the run's 4.2743 TB/s copy (h200-2026-12-03.json).
+    assert _metric(at, "Kernel median time") == "260.9 µs"
+    assert _metric(at, "Achieved TB/s") == "4.12"
     assert _metric(at, "Share of measured ceiling") == "96 %"
     assert "not in these results" not in _texts(at.caption) and "launch-bound" not in _texts(at.info)
     table = at.dataframe[0].value.set_index("Contender")
     ours = table.loc["Triton paged decode"]
-    # The notes' row: eager 0.260992 ms, cuDNN 0.256192 / 0.261056 = 0.981 x, and the rdq kernels' FP8
-    # 0.261056 / 0.14336 = 1.82 x and INT4 0.261056 / 0.090816 = 2.87 x the bf16 kernel.
-    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("261.1", "261.0", "0.981")
+    # The run's row: eager 0.260448 ms, cuDNN 0.256192 / 0.26088 = 0.982 x, and the rdq kernels' FP8
+    # 0.26088 / 0.143392 = 1.82 x and INT4 0.26088 / 0.090848 = 2.87 x the bf16 kernel.
+    assert (ours["CUDA-graph replay (µs)"], ours["Eager call (µs)"], ours["× cuDNN"]) == ("260.9", "260.4", "0.982")
     assert table.loc["Triton paged decode, FP8 KV", "× Triton bf16"] == "1.82"
     assert table.loc["Triton paged decode, INT4 KV", "× Triton bf16"] == "2.87"
     assert table.loc["SDPA EFFICIENT (contiguous)", "Status"] == "unsupported"
@@ -389,21 +389,23 @@ def test_opens_on_batch_8_by_32k_with_every_ratio_and_no_raw_cells():
 def test_targets_are_shown_with_what_limits_the_unmet_ones():
     at = _shipped_app()
     targets = at.dataframe[2].value.set_index("Target")
-    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.813"  # h200-2026-12-01.json: 1.813, met
+    assert targets.loc["decode_fp8_vs_bf16", "Measured"] == "1.817"  # h200-2026-12-03.json: 1.8171, met
     assert targets.loc["decode_fp8_vs_bf16", "Required"] == "≥ 1.7"
     assert targets.loc["decode_fp8_vs_bf16", "Met"] == "yes"
     assert targets.loc["decode_eager_overhead_us", "Required"] == "≤ 40"
-    # Run 12, 64/8: eager 0.059968 - replay 0.041604 ms = 18.364 µs, the least of two passes (32/8:
-    # 0.053472 - 0.040994 = 12.478).
-    assert targets.loc["decode_eager_overhead_us", "Measured"] == "18.364"
+    # B=1 L=32K 64/8: eager 0.060288 - replay 0.04149 ms = 18.798 µs.
+    assert targets.loc["decode_eager_overhead_us", "Measured"] == "18.798"
     assert targets.loc["decode_eager_overhead_us", "Met"] == "yes"
-    # Run 12: 0.98317 / 0.34851 = 2.82104 at B=32 L=32K 64/8, the worst large shape: met.
+    # 0.983504 / 0.3484 = 2.82292 at B=32 L=32K 64/8, the worst large shape: met.
     assert targets.loc["decode_int4_vs_bf16", "Met"] == "yes"
-    assert targets.loc["decode_int4_vs_bf16", "Measured"] == "2.821"
-    assert targets.loc["prefill_vs_cudnn_causal", "Met"] == "yes"  # 0.977: the Gluon forward
+    assert targets.loc["decode_int4_vs_bf16", "Measured"] == "2.823"
+    assert targets.loc["prefill_vs_cudnn_causal", "Met"] == "yes"  # 1.009: the Gluon forward
     text = _texts(at.markdown)
-    assert "**12 of 14 met**" in text
-    assert "`decode_b1_32k_vs_cudnn` (0.953, needs ≥ 1" in text and "`decode_large_vs_cudnn` (0.971, needs ≥ 1" in text
+    assert "**12 of 15 met**" in text
+    # B=1 L=32K 64/8: cuDNN 0.039464 / ours 0.04149 = 0.951; B=32 L=16K 32/8: 0.487168 / 0.501344 = 0.972;
+    # B=1 L=1K 64/8 against cuDNN's paged graph: 0.712.
+    assert "`decode_b1_32k_vs_cudnn` (0.951, needs ≥ 0.97" in text and "`decode_large_vs_cudnn` (0.972, needs ≥ 0.98" in text
+    assert "`decode_vs_best_paged_peer` (0.712, needs ≥ 1" in text
     unmet_part = text.partition("What limits the unmet ones")[2]
     for met in ("`decode_large_tbps`", "`decode_fp8_vs_bf16`", "`decode_eager_overhead_us`", "`decode_int4_vs_bf16`"):
         assert met not in unmet_part
@@ -432,7 +434,7 @@ def test_picking_a_shape_writes_it_into_the_sidebar_and_the_url():
     assert not at.exception
     assert at.selectbox(key="kernels.batch").value == 128 and at.selectbox(key="kernels.len").value == 4096
     assert at.query_params["batch"] == "128" and at.query_params["len"] == "4096"
-    assert _metric(at, "Kernel median time") == "498.6 µs"  # 0.498624 ms in the shipped run
+    assert _metric(at, "Kernel median time") == "500.6 µs"  # 0.500576 ms in the shipped run
 
 
 def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
@@ -440,9 +442,9 @@ def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
     fig = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Which page size"))
     lines = {t["name"]: t for t in fig["data"] if t["name"].startswith("kernel TB/s")}
     assert set(lines) == {"kernel TB/s, batch 8 × 32,768", "kernel TB/s, batch 128 × 4,096"}
-    # h200-2026-12-01.json page_sizes: B=8 L=32K 4.05 / 4.08 / 4.12 / 4.15 / 4.14 / 4.16 / 4.15 TB/s at blocks 1 ... 256.
+    # h200-2026-12-03.json page_sizes: B=8 L=32K 4.05 / 4.08 / 4.11 / 4.14 / 4.14 / 4.16 / 4.15 TB/s at blocks 1 ... 256.
     assert fig["data"][0]["x"] == ["1", "8", "16", "32", "64", "128", "256"]
-    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.05, 4.08, 4.12, 4.15, 4.14,
+    assert [round(y, 2) for y in lines["kernel TB/s, batch 8 × 32,768"]["y"]] == [4.05, 4.08, 4.11, 4.14, 4.14,
                                                                                   4.16, 4.15]
     waste = next(t for t in fig["data"] if t["name"] == "waste per sequence, simulated")
     # Lengths uniform over 1,024-3,072 are spread evenly modulo every block: waste ≈ (B - 1) / 2.
@@ -450,10 +452,10 @@ def test_page_size_chart_from_the_shipped_run_beside_the_simulated_waste():
     assert waste["y"][-1] == pytest.approx(127.5, rel=0.03)
     assert fig["layout"]["yaxis2"]["title"]["text"] == "waste per sequence (tokens)"
     answer = _texts(at.markdown)
-    # Widest spread: batch 8's 4.1569 / 4.0481 = 1.027 (blocks 128 and 1). Lengths uniform over
+    # Widest spread: batch 8's 4.1569 / 4.0461 = 1.027 (blocks 128 and 1). Lengths uniform over
     # 1,024-3,072 (mean ~2,048) leave (B - 1)/2 tokens per sequence: utilisation 2048 / (2048 + (B - 1)/2)
-    # times the mean relative rate (run 12's rates, as in the by-hand test below) scores block 16
-    # 0.99635 x 0.98862 = 0.9850, block 32 0.99249 x 0.99650 = 0.9890, block 64 0.98485 x 0.99380 = 0.9787.
+    # times the mean relative rate (the shipped run's rates, as in the by-hand test below) scores block 16
+    # 0.99635 x 0.98954 = 0.9859, block 32 0.99249 x 0.99609 = 0.9886, block 64 0.98485 x 0.99614 = 0.9810.
     assert "at most 2.7 % apart" in answer and "**Block 32** gives the most sequences times read speed" in answer
     assert at.query_params["ps_work"] == "Preset: Reference page, problem 4"
 
@@ -465,19 +467,19 @@ def test_page_size_study_by_hand():
     from simulation.workloads import Workload
     from planner.page_size import page_size_study
 
-    report = read_bench_file(RESULTS_DIR / "h200-2026-12-01.json")
+    report = read_bench_file(RESULTS_DIR / "h200-2026-12-03.json")
     same = Workload(prompt_tokens=np.full(50, 600), output_tokens=np.full(50, 400), source="fixed 1,000")
     study = page_size_study(report, same, max_context=32768)
     assert study.block_sizes == (1, 8, 16, 32, 64, 128, 256)
     assert study.waste_tokens == (0.0, 0.0, 8.0, 24.0, 24.0, 24.0, 24.0)
     assert study.utilisation[2] == pytest.approx(1000 / 1008)
-    # Score = utilisation x mean relative rate (run 12's rates; block 128 the fastest at both shapes,
-    # 4.1569 and 4.3453 TB/s): block 1 scores (4.0481/4.1569 + 4.2696/4.3453)/2 = 0.9782, block 8
-    # (4.0843/4.1569 + 4.2757/4.3453)/2 = 0.9833, block 16 0.99206 x (4.1201/4.1569 + 4.2848/4.3453)/2
-    # = 0.9808, block 32 0.97656 x 0.99650 = 0.9732 and block 128 0.97656 x 1 = 0.9766; the widest
-    # spread is batch 8's 4.1569 / 4.0481 (blocks 128 and 1).
+    # Score = utilisation x mean relative rate (the shipped run's rates; block 128 the fastest at both
+    # shapes, 4.1569 and 4.3476 TB/s): block 1 scores (4.0461/4.1569 + 4.2525/4.3476)/2 = 0.9757, block 8
+    # (4.0835/4.1569 + 4.2728/4.3476)/2 = 0.9826, block 16 0.99206 x (4.1131/4.1569 + 4.3024/4.3476)/2
+    # = 0.9817, block 32 0.97656 x 0.99609 = 0.9727 and block 128 0.97656 x 1 = 0.9766; the widest
+    # spread is batch 8's 4.1569 / 4.0461 (blocks 128 and 1).
     assert study.best_block == 8
-    assert study.rate_spread == pytest.approx(4.1569 / 4.0481 - 1, abs=1e-4)
+    assert study.rate_spread == pytest.approx(4.1569 / 4.0461 - 1, abs=1e-4)
 
 
 def test_whole_view_state_round_trips_through_the_url():
@@ -507,6 +509,12 @@ def test_charts_have_axis_titles_png_export_and_apart_markers():
     points = [t for t in roof["data"] if t["mode"] == "markers"]
     styles = {(t["marker"]["symbol"], t["marker"]["color"]) for t in points}
     assert len(styles) == len(points)  # at batch 1 several sit at 4 FLOP/B: each keeps its own marker
+    from ui.kernel_charts import CONTENDER_STYLE
+    from ui.kernel_tables import CONTENDER_NAMES
+
+    assert set(CONTENDER_NAMES.values()) <= set(CONTENDER_STYLE)  # the peers too: no shared fallback
+    assert len(set(CONTENDER_STYLE[n] for n in CONTENDER_NAMES.values() if "decode" in n or "SDPA" in n
+                   or "naive" in n or "gather" in n)) == 13  # the decode contenders' 13 styles are apart
     heat = next(f for f in _figures(at) if f["layout"]["title"]["text"].startswith("Step "))
     bar = heat["data"][0]["colorbar"]
     # Horizontal, under the heat map: it ends before the second panel's y axis begins.

@@ -437,9 +437,10 @@ def test_every_target_has_a_limit_sentence_and_the_shipped_misses_name_theirs():
     assert set(TARGET_LIMITS) == {s.name for s in TARGET_SPECS}
     report = find_shipped_results().newest.report
     unmet = [t for t in report.targets if not t.met]
-    # The shipped H200 run (h200-2026-12-01.json) misses exactly these two, both against cuDNN
-    # on contiguous KV; the prefill targets against cuDNN are met by the Gluon forward.
-    assert {t.name for t in unmet} == {"decode_large_vs_cudnn", "decode_b1_32k_vs_cudnn"}
+    # The shipped H200 run (h200-2026-12-03.json) misses these three: two against cuDNN on
+    # contiguous KV, and batch 1 x 1K against cuDNN's paged graph (12.3 against 8.7 µs); the
+    # prefill targets against cuDNN are met by the Gluon forward.
+    assert {t.name for t in unmet} == {"decode_large_vs_cudnn", "decode_b1_32k_vs_cudnn", "decode_vs_best_paged_peer"}
     for t in unmet:
         assert limit_of(t) == TARGET_LIMITS[t.name]
     assert all(limit_of(t) is None for t in report.targets if t.met)
