@@ -4,7 +4,8 @@ Prints a readable table; ``--json PATH`` also writes the records (``kernels.benc
 with provenance and the benchmark's targets. Options narrow the sweep (``SweepConfig``); every
 number has a range (shown in ``--help``), lists are comma-separated with an optional ``k``
 (x 1024: ``1k,32k``) and heads are ``query:KV`` pairs (``32:8``). A bad argument ends as one
-line naming the option and exit status 2, before the GPU is looked for.
+line naming the option and exit status 2, before the GPU is looked for. ``--families`` runs the
+attention-families section instead (:mod:`kernels.bench.families`; ``--json`` then writes its records).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from dataclasses import replace
 import torch
 
 from inputs.bounds import Bound
-from inputs.cli import OneLineParser, arg_type, choice, help_range, run_cli
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError, shown
+from kernels.bench.families import FamilyConfig, family_config, format_families, run_families
+from kernels.bench.family_records import write_families_json
 from kernels.bench.records import write_bench_json
 from kernels.bench.text_report import format_report
 from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
@@ -36,6 +39,7 @@ SEQ_LEN = Bound(field="seq-len", low=1, high=MAX_TOKENS, integer=True, unit="tok
 HEADS = Bound(field="heads", low=1, high=256, integer=True, unit="heads")
 BLOCK_SIZE = Bound(field="block-size", low=1, high=256, integer=True, unit="tokens")  # the kernel's limit
 REP_MS = Bound(field="rep-ms", low=0, high=60_000, low_open=True, unit="ms")
+WINDOW = Bound(field="window", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
 ONLY = ("all", "decode", "prefill", "mixed", "memory", "page-sizes")
 
 
@@ -117,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", type=variant_list, metavar="NAMES",
                    help="decode: also time these tuning variants (names, or bf16/fp8/int4 for all of a format)")
     p.add_argument("--list-variants", action="store_true", help="print the tuning variants' names and exit")
+    p.add_argument("--families", action="store_true",
+                   help="run the attention-families section instead: sliding windows and sinks against full "
+                        "attention (takes --batch, --context, --window, --heads, --block-size, --rep-ms, --eager, "
+                        "--no-fp8, --quick)")
+    p.add_argument("--window", type=token_list(WINDOW),
+                   help=f"--families: sliding windows, e.g. 128,1k,4k (each {help_range(WINDOW)}, under every context)")
     return p
 
 
@@ -148,6 +158,9 @@ def _run(argv: list[str]) -> int:
         for name, v in DECODE_VARIANTS.items():
             print(f"{name:56s} {'default ' if v.default else '        '}{v.config}")
         return 0
+    if args.window and not args.families:
+        raise UsageError("argument --window: goes with --families")
+    families = _families_config(args) if args.families else None  # a bad window is refused before the GPU check
     if not torch.cuda.is_available():
         print("kernels.bench: no CUDA GPU here; the benchmark needs one (tests run the kernels "
               "under the Triton interpreter instead).", file=sys.stderr)
@@ -157,12 +170,28 @@ def _run(argv: list[str]) -> int:
     def show(ev: ProgressEvent) -> None:
         print(f"[{ev.done}/{ev.total}] {ev.message}", file=sys.stderr, flush=True)
 
+    if families is not None:
+        fam = run_families(families, progress=show, command=command)
+        print(format_families(fam))
+        if args.json:
+            print(f"\nwrote {write_families_json(fam, args.json)}")
+        return 0
     report = run_sweep(config_from_args(args), progress=show, command=command)
     print(format_report(report))
     if args.json:
         path = write_bench_json(report, args.json)
         print(f"\nwrote {path}")
     return 0
+
+
+def _families_config(args: argparse.Namespace) -> FamilyConfig:
+    """The families run's config from the options it takes; the main sweep's own options are refused."""
+    if args.only != "all" or args.prefill_n or args.memory_n or args.long_context is not None or args.variant:
+        raise UsageError("argument --families: runs its own section; leave out --only, --prefill-n, --memory-n, "
+                         "--long-context and --variant")
+    return family_config(quick=args.quick, batches=args.batch, contexts=args.context, windows=args.window,
+                         heads=args.heads, block_size=args.block_size, rep_ms=args.rep_ms, fp8=not args.no_fp8,
+                         cuda_graphs=not args.eager)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -45,6 +45,7 @@ __all__ = [
     "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "measured_text", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
     "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file",
+    "to_jsonable", "build_typed",
 ]
 
 SCHEMA = "kv-cache-explorer.kernels.bench"
@@ -440,11 +441,13 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
 # ----------------------------------------------------------------------------------------------
 
 
-def _to_jsonable(obj):
+def to_jsonable(obj):
+    """``obj`` as JSON values: a record becomes an object in field order, a tuple a list, a
+    non-finite float null. With :func:`build_typed`, the round trip every results file shares."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: _to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, (list, tuple)):
-        return [_to_jsonable(x) for x in obj]
+        return [to_jsonable(x) for x in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None  # JSON has no NaN/inf; a missing figure is null
     return obj
@@ -452,7 +455,7 @@ def _to_jsonable(obj):
 
 def report_to_json(report: BenchReport) -> str:
     """The report as JSON text (strict: no NaN, sorted by the record's field order)."""
-    return json.dumps(_to_jsonable(report), indent=1, allow_nan=False)
+    return json.dumps(to_jsonable(report), indent=1, allow_nan=False)
 
 
 def write_bench_json(report: BenchReport, path: str | Path) -> Path:
@@ -462,20 +465,21 @@ def write_bench_json(report: BenchReport, path: str | Path) -> Path:
     return path
 
 
-def _build(tp, value, where: str):
-    """Rebuild a value of type ``tp`` from parsed JSON, checking types all the way down."""
+def build_typed(tp, value, where: str):
+    """Rebuild a value of type ``tp`` from parsed JSON, checking types all the way down; a
+    ValueError's message starts with the offending path (``where`` and the fields below it)."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _build(inner[0], value, where)
+        return build_typed(inner[0], value, where)
     if origin is tuple:
         if not isinstance(value, list):
             raise ValueError(f"{where}: expected a list, got {type(value).__name__}")
         item = typing.get_args(tp)[0]
-        return tuple(_build(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(build_typed(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ValueError(f"{where}: expected an object, got {type(value).__name__}")
@@ -490,7 +494,7 @@ def _build(tp, value, where: str):
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                     raise ValueError(f"{where}: missing field '{f.name}'")
                 continue
-            kwargs[f.name] = _build(hints[f.name], value[f.name], f"{where}.{f.name}")
+            kwargs[f.name] = build_typed(hints[f.name], value[f.name], f"{where}.{f.name}")
         return tp(**kwargs)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -578,6 +582,6 @@ def _report_from_document(data: object) -> BenchReport:
         raise ValueError(
             f"unsupported kernels.bench schema_version {shown(data.get('schema_version'))} (this code reads {SCHEMA_VERSION})"
         )
-    report = _build(BenchReport, data, "report")
+    report = build_typed(BenchReport, data, "report")
     _check_semantics(report)
     return report
