@@ -26,6 +26,7 @@ from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from sizing.engine.groups import GroupingRule
 from ui.answer_view import cached_answer, engine_settings_controls, render_answer
 from ui.engine_view import BATCHED, SEQS, UTILIZATION
+from ui.field_labels import PLANNER_LABELS, page_message
 from ui.handoff import latest
 from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_field
 from ui.planner_charts import edge_figure, fmt_ms
@@ -230,7 +231,7 @@ server_inputs = ServerInputs(
 try:
     outcome = _plan(server_inputs, measured)
 except SizingError as exc:
-    st.error(f"{exc.field}: {exc.message}", icon=":material/error:")
+    st.error(page_message(exc, PLANNER_LABELS), icon=":material/error:")
     outcome = None
 except ValueError as exc:  # a trace the simulator refuses names its row or column
     st.error(f"{'Trace' if kind == 'trace' else 'Traffic'}: {exc}", icon=":material/error:")
@@ -244,7 +245,7 @@ if server_tab.open:
         try:
             render_answer(cached_answer(server_inputs.sizing_request(int(value("users"))), settings), key="planner")
         except SizingError as exc:
-            st.error(f"{exc.field}: {exc.message}", icon=":material/error:")
+            st.error(page_message(exc, PLANNER_LABELS), icon=":material/error:")
 if server_tab.open and outcome is not None:
     with server_tab:
         render_server(outcome, source_label=SOURCE_LABELS[outcome.estimate.source], weight_dtype=value("w"))

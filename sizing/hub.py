@@ -71,7 +71,9 @@ def _fallback(repo_id: str, problem: str) -> HubModel:
     """The catalogue's copy of ``repo_id``, whose notice gives ``problem`` (why the Hub did not answer)."""
     entry = find_entry(repo_id)
     if entry is None:
-        raise SizingError("model_id", f"{problem} and {repo_id} is not in the shipped catalogue")
+        # Offline, a model the catalogue lacks can still be sized from its shape or its config.json.
+        raise SizingError("model_id", f"{problem} and {repo_id} is not in the shipped catalogue; enter its shape "
+                                      "(Manual source; --layers etc.) or its config.json (--config)")
     return HubModel(repo_id=repo_id, shape=entry.shape, source="catalogue", safetensors_bytes=entry.safetensors_bytes,
                     notice=f"{problem}: showing the shipped catalogue's {entry.name}", catalogue_id=entry.id)
 

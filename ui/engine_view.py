@@ -13,6 +13,7 @@ import streamlit as st
 
 from inputs.bounds import Bound
 from inputs.errors import InputError
+from ui.field_labels import page_message
 from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
 from sizing.answer import EngineSettings
 from sizing.engine.groups import GroupingRule
@@ -99,7 +100,7 @@ def render_engine(sizing: SizingRequest, report: SizingReport, state: PageState)
         engine = cached_engine(request)
         st.session_state[LAST_ENGINE] = request
     except InputError as exc:
-        st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+        st.error(page_message(exc), icon=":material/error:")
         previous = st.session_state.get(LAST_ENGINE)
         if previous is not None:
             st.caption(":material/history: Showing the last valid engine figures.")

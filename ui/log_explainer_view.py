@@ -25,6 +25,7 @@ from sizing.engine.vllm_log import MAX_LOG_BYTES, ParsedLog, parse_vllm_log
 from sizing.models import ModelShape
 from sizing.presets import get_preset
 from sizing.report import SizingRequest
+from ui.field_labels import page_message
 
 PAGE_MODEL = "page"  # the radio value that keeps the page's model
 _KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")  # what vLLM's --kv-cache-dtype resolves to
@@ -46,7 +47,7 @@ def render_log_explainer(sizing: SizingRequest) -> None:
                 return
             parsed = parse_vllm_log(data)
         except InputError as exc:
-            st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+            st.error(page_message(exc), icon=":material/error:")
             return
         _reset_fields_for(data)
         identified = identify_log_model(parsed)
@@ -64,7 +65,7 @@ def render_log_explainer(sizing: SizingRequest) -> None:
         try:
             explanation = explain_log(parsed, model, activation=activation, tp=tp, kv_dtype=kv_dtype)
         except InputError as exc:
-            st.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+            st.error(page_message(exc), icon=":material/error:")
             return
         _render_explanation(explanation, entry.name if entry is not None else page_name)
 

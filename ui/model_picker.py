@@ -30,6 +30,7 @@ from sizing.layout_spec import (CONV_CHANNELS, CONV_KERNEL, GROUP_CHANNELS, KV_L
 from sizing.models import ModelShape
 from sizing.presets import DEFAULT_PRESET, PRESET_IDS, get_preset
 from units import UnitSystem, format_bytes
+from ui.field_labels import page_message
 from ui.url_state import ChoiceField, NumberField, PageState
 
 # URL values of the source radio; "Preset" is the catalogue's, kept so that old links still work.
@@ -133,7 +134,8 @@ def model_name(model: ModelShape | str) -> str:
 
 
 def show_error(slot: Any, exc: InputError) -> None:
-    slot.error(f"**{exc.field}**: {exc.message}", icon=":material/error:")
+    """The refusal in ``slot``, led by the label of the widget the user typed it into."""
+    slot.error(page_message(exc), icon=":material/error:")
 
 
 # ---- the catalogue -----------------------------------------------------------------------------

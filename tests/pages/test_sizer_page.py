@@ -72,13 +72,14 @@ def test_malformed_url_values_fall_back_to_defaults():
 
 @pytest.mark.parametrize(
     "field, value, named",
-    [("users", 0, "users"), ("context", -5, "context"), ("n_gpus", 3, "n_gpus")],
+    [("users", 0, "Users (concurrent)"), ("context", -5, "Context (tokens)"), ("n_gpus", 3, "GPUs deployed")],
 )
 def test_bad_numbers_are_named_and_kept(field, value, named):
     at = run_page()
     at.number_input(key=key(field)).set_value(value).run()
     assert not at.exception
-    assert any(named in e.value for e in at.error), [e.value for e in at.error]
+    # Named by the widget's label, as the user sees it, not by the library's field.
+    assert any(e.value.startswith(f"**{named}**") for e in at.error), [e.value for e in at.error]
     assert at.number_input(key=key(field)).value == value  # what was entered is not lost
 
 
@@ -86,7 +87,7 @@ def test_manual_shape_errors_name_the_field_and_keep_the_page_working():
     at = run_page()
     at.radio(key=key("model_source")).set_value("Manual").run()
     at.number_input(key=key("kv_heads")).set_value(7).run()  # 64 query heads do not split into 7 groups
-    assert any("kv_heads" in e.value for e in at.error)
+    assert any(e.value.startswith("**KV heads**") for e in at.error)
     assert at.number_input(key=key("kv_heads")).value == 7
     assert metric(at, "KV per token") == "320 KiB"  # last valid model still shown
     at.number_input(key=key("kv_heads")).set_value(64).run()
@@ -191,8 +192,8 @@ def test_manual_defaults_survive_a_nan_parameter_count_link():
 
 @pytest.mark.parametrize(
     "query, control, named",
-    [({"gpu": "custom"}, "custom_mem", "gpu_memory_gb"), ({"gpu": "custom"}, "custom_bw", "gpu_bandwidth_tbs"),
-     ({"src": "Manual"}, "params_b", "params")],
+    [({"gpu": "custom"}, "custom_mem", "Memory (GB)"), ({"gpu": "custom"}, "custom_bw", "Bandwidth (TB/s)"),
+     ({"src": "Manual"}, "params_b", "Parameters (billions)")],
 )
 def test_nan_in_a_number_input_is_an_error_not_a_crash(query, control, named):
     # Whole-number inputs cannot hold NaN (Streamlit refuses it before the page runs); these hold floats.
@@ -208,11 +209,13 @@ def test_nan_in_a_number_input_is_an_error_not_a_crash(query, control, named):
     [("context", -5), ("users", 0), ("n_gpus", 3)],
 )
 def test_invalid_input_keeps_the_last_valid_results(field, value):
+    from ui.field_labels import widget_label
+
     at = run_page()
     at.selectbox(key=key("kv_dtype")).set_value("fp8").run()
     assert metric(at, "KV, 100 users") == "500 GiB"
     at.number_input(key=key(field)).set_value(value).run()
-    assert any(field in e.value for e in at.error), [e.value for e in at.error]
+    assert any(widget_label(field) in e.value for e in at.error), [e.value for e in at.error]
     assert "last valid results" in texts(at.caption)
     # The fp8 figures of the last valid run, not blank and not the defaults.
     assert metric(at, "KV per token") == "160 KiB"
@@ -225,7 +228,7 @@ def test_invalid_input_keeps_the_last_valid_results(field, value):
 def test_tp_and_gpu_combination_error_is_shown_beside_the_controls():
     at = run_page()
     at.selectbox(key=key("tp")).set_value(16).run()  # 8 GPUs do not form a TP group of 16
-    assert any("n_gpus" in e.value for e in at.error), [e.value for e in at.error]
+    assert any("GPUs deployed" in e.value for e in at.error), [e.value for e in at.error]
     assert "last valid results" in texts(at.caption)
     assert metric(at, "GPUs if pooled (lower bound)") == "16"
 
@@ -303,7 +306,7 @@ def test_oversized_and_truncated_logs_are_refused_or_explained_and_kept():
     at = run_page({"eng": "1", "model": "llama-3.1-8b", "tp": "1", "ngpu": "1", "ctx": "8192", "gpu": "h200"})
     huge = "x" * (MAX_LOG_BYTES + 1)
     at.text_area(key="engine_log_text").set_value(huge).run()
-    assert any(e.value.startswith("**log**") and "limit" in e.value for e in at.error)
+    assert any(e.value.startswith("**vLLM start-up log**") and "limit" in e.value for e in at.error)
     truncated = "INFO [gpu_worker.py:276] Available KV cache memory: 1.40 GiB\nINFO [kv_cache_u"
     at.text_area(key="engine_log_text").set_value(truncated).run()
     assert not at.exception and not at.error
@@ -391,7 +394,10 @@ def test_hub_model_id_through_the_client(local_hub):
 
 def test_gated_hub_repo_is_named_and_the_last_model_kept(local_hub):
     at = run_page({"src": "Hub", "hub": "someorg/gated"})
-    assert any("model_id" in e.value and "gated" in e.value and "HF_TOKEN" in e.value for e in at.error)
+    # The refusal names the widget the id was typed into, not the library's field.
+    assert any(e.value.startswith("**Hugging Face model id**") and "gated" in e.value and "HF_TOKEN" in e.value
+               for e in at.error)
+    assert not any("model_id" in e.value for e in at.error)
     from sizing.presets import get_preset
 
     assert f"last good model, **{get_preset('llama-3.1-70b').name}**" in texts(at.caption)

@@ -108,6 +108,9 @@ def test_refused_connection_falls_back_to_the_catalogue(tmp_path):
     with pytest.raises(SizingError, match="unreachable .* not in the shipped catalogue") as info:
         fetch_hub_model("org/not-shipped", endpoint=REFUSED, cache_dir=str(tmp_path))
     assert info.value.field == "model_id"
+    # Offline, the message says how the model can still be sized, and keeps to one readable line.
+    assert "Manual" in info.value.message and "config.json" in info.value.message
+    assert not info.value.message.endswith("…")
 
 
 def test_resolve_reads_the_catalogue_first_without_a_request(hub):
