@@ -17,6 +17,7 @@ pages = [
             url_path="fragmentation"),
     st.Page("pages/3_kernels.py", title="Live kernels", icon=":material/speed:", url_path="kernels"),
     st.Page("pages/4_planner.py", title="Capacity planner", icon=":material/insights:", url_path="planner"),
+    st.Page("pages/5_cluster.py", title="Cluster plan", icon=":material/hub:", url_path="cluster"),
     alias_page(sizer, "sizer"),
 ]
 # In the top bar, so that a page without sidebar controls (the sizer) has the whole width at 800 px.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from inputs.errors import InputError
 
-__all__ = ["WIDGET_LABELS", "PLANNER_LABELS", "widget_label", "page_message"]
+__all__ = ["WIDGET_LABELS", "PLANNER_LABELS", "CLUSTER_LABELS", "widget_label", "page_message"]
 
 WIDGET_LABELS: dict[str, str] = {
     "model_id": "Hugging Face model id", "model_source": "Hugging Face model id", "model": "Model",
@@ -38,6 +38,17 @@ PLANNER_LABELS: dict[str, str] = {
     "usable": "Usable share of GPU memory", "tpot_ms": "TPOT target (ms, 0: none)",
     "ttft_ms": "TTFT target (ms, 0: none)", "rate": "Arrival rate (requests/s, 0: none)",
     "mean": "Mean tokens per request", "sigma": "Sigma (log-space spread)", "efficiency": "Bandwidth efficiency",
+}
+
+
+# The cluster page's load and layout widgets (a layout refusal names its role: decode_ep).
+CLUSTER_LABELS: dict[str, str] = {
+    **WIDGET_LABELS, "rate": "Arrival rate (requests/s)", "prompt_tokens": "Prompt tokens",
+    "output_tokens": "Output tokens", "tpot_ms": "TPOT target (ms, 0: none)", "ttft_ms": "TTFT target (ms, 0: none)",
+    "nics": "NICs per GPU", "link": "Link", "connector": "KV connector",
+    **{f"{role}_{part}": f"{title}: {label}" for role, title in (("prefill", "Prefill pool"), ("decode", "Decode pool"))
+       for part, label in (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("ep", "Expert parallel (EP)"),
+                           ("dcp", "decode context parallel"), ("pp_layer_partition", "PP"))},
 }
 
 

@@ -13,6 +13,7 @@ PAGES = {
     "fragmentation": "Fragmentation",
     "kernels": "Live kernels",
     "planner": "Capacity planner",
+    "cluster": "Cluster plan",
 }
 
 

@@ -16,9 +16,9 @@ from support.paths import ROOT
 
 pytestmark = pytest.mark.browser
 
-PAGES = {"sizer": "", "fragmentation": "fragmentation", "planner": "planner", "kernels": "kernels"}
+PAGES = {"sizer": "", "fragmentation": "fragmentation", "planner": "planner", "kernels": "kernels", "cluster": "cluster"}
 # The pages the layout check covers (the kernel page's metrics are its owners' to fit at 800 px).
-CHECKED = ("sizer", "fragmentation", "kernels", "planner")
+CHECKED = ("sizer", "fragmentation", "kernels", "planner", "cluster")
 WIDTHS = (1440, 800)
 TIMING_FILE = ROOT / ".pytest_cache" / "ui_timing.json"
 

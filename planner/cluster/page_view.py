@@ -1,0 +1,96 @@
+"""The cluster page's question in plain values, and its answer as the CLI's record.
+
+A page holds what the user picked (catalogue ids, names, numbers); :func:`cluster_record` turns
+them into the library's :class:`~planner.cluster.replica.ClusterSpec`, :class:`Load` and
+layouts, and returns the record ``python -m planner cluster --json --pareto`` prints for the
+same choices (:func:`planner.cluster.cli.comparison_record`), so the page and the CLI show one
+computation. A layout field of 0 means "choose": a role given no TP gets the smallest layout
+that holds one of its sequences (:func:`~planner.cluster.replica.fitting_layout`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hardware.gpus import get_gpu
+from planner.bandwidth import choose_estimate
+from planner.cluster.cli import comparison_record
+from planner.cluster.launch import launch_settings
+from planner.cluster.parallel import ParallelLayout, routed_expert_params
+from planner.cluster.pareto import sweep
+from planner.cluster.pools import compare
+from planner.cluster.replica import ClusterSpec, Load, fitting_layout
+from sizing.checkpoints import checkpoint_for
+from sizing.precisions import get_precision
+from sizing.presets import get_preset
+
+__all__ = ["RoleLayout", "ClusterPageInputs", "cluster_record"]
+
+
+@dataclass(frozen=True)
+class RoleLayout:
+    """One role's layout as a page holds it; ``tp`` 0 lets the plan choose the whole layout."""
+
+    tp: int = 0
+    pp: int = 1
+    dp: int = 1
+    ep: bool = False
+
+
+@dataclass(frozen=True)
+class ClusterPageInputs:
+    """Everything the cluster view asks (catalogue ids and names as the CLI options take them)."""
+
+    model: str
+    gpu: str
+    kv_dtype: str = "fp8"
+    weight_dtype: str = "bf16"
+    link: str = "ib-ndr"
+    nics: int = 1
+    usable: float = 0.9
+    block_size: int = 16
+    rate: float = 1.0
+    prompt_tokens: int = 2048
+    output_tokens: int = 256
+    tpot_ms: float = 0.0  # 0: no target
+    ttft_ms: float = 0.0
+    prefill: RoleLayout = RoleLayout()
+    decode: RoleLayout = RoleLayout()
+    connector: str = "nixl"
+    kv_buffer_device: str = "cuda"
+    bandwidth_source: str = "h200-results"
+
+
+def _layout(spec: ClusterSpec, load: Load, role: str, given: RoleLayout) -> ParallelLayout:
+    if given.tp == 0:
+        return fitting_layout(spec, load, role)
+    return ParallelLayout(tp=given.tp, pp=given.pp, dp=given.dp, ep=given.ep)
+
+
+def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[str, Any]:
+    """The CLI's record for these choices (with the Pareto sweep unless ``pareto`` is False);
+    a refusal is an :class:`~inputs.errors.InputError` naming its field (``decode_tp``, ``rate``)."""
+    entry = get_preset(inputs.model)
+    model = entry.shape
+    estimate, notes = choose_estimate(inputs.bandwidth_source)
+    kv = get_precision(inputs.kv_dtype, field="kv_dtype")
+    weights = get_precision(inputs.weight_dtype, field="weight_dtype")
+    spec = ClusterSpec(model=model, kv_precision=kv, weight_precision=weights, gpu=get_gpu(inputs.gpu),
+                       estimate=estimate, link=inputs.link, nics=inputs.nics, usable_fraction=inputs.usable,
+                       block_size=inputs.block_size, kv_buffer_device=inputs.kv_buffer_device,
+                       routed_params=routed_expert_params(entry.config) if model.is_moe else None)
+    load = Load(rate_per_s=inputs.rate, prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,
+                tpot_target_s=inputs.tpot_ms / 1e3 if inputs.tpot_ms else None,
+                ttft_target_s=inputs.ttft_ms / 1e3 if inputs.ttft_ms else None)
+    prefill = _layout(spec, load, "prefill", inputs.prefill)
+    decode = _layout(spec, load, "decode", inputs.decode)
+    comparison = compare(spec, load, prefill=prefill, decode=decode)
+    launchable = checkpoint_for(repo=entry.repo, own_format=model.weight_format, weight_format=weights.name,
+                                preset_id=entry.id)
+    settings = launch_settings(spec, load, launchable, connector=inputs.connector)
+    record = comparison_record(spec, comparison, settings)
+    record["source_notes"] = list(notes)
+    if pareto:
+        record["pareto"] = sweep(spec, load).as_record()
+    return record

@@ -1,0 +1,63 @@
+"""The cluster page: the CLI's record on screen (one computation), the controls in the URL, and
+refusals that name the widget while the last good plan stays."""
+
+from __future__ import annotations
+
+import json
+
+from planner.cluster import cli as cluster_cli
+from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record
+from support.apptest import figures, metric_text, open_page, texts
+
+PAGE = "5_cluster.py"
+
+
+def _cli_json(capsys, *argv: str) -> dict:
+    assert cluster_cli.main(["--json", "--pareto", *argv]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_page_record_is_the_clis_json(capsys):
+    # The same choices through the page's inputs and through the CLI's options: equal records.
+    page = cluster_record(ClusterPageInputs(model="qwen3-30b-a3b", gpu="h100-sxm", kv_dtype="fp8", rate=5.0,
+                                            prompt_tokens=4096, output_tokens=512, tpot_ms=40,
+                                            decode=RoleLayout(tp=2, dp=2, ep=True)))
+    cli = _cli_json(capsys, "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--kv-dtype", "fp8", "--rate", "5",
+                    "--prompt-tokens", "4096", "--output-tokens", "512", "--tpot-ms", "40", "--decode-tp", "2",
+                    "--decode-dp", "2", "--decode-ep", "--prefill-tp", "1")
+    page_json = json.loads(json.dumps(page, allow_nan=False))
+    # The CLI's --prefill-tp 1 is what the page's "auto" picks for this prompt (30B in bf16 fits one H100).
+    assert page_json["disaggregated"]["pools"][0]["layout"]["tp"] == 1
+    assert page_json == cli
+
+
+def test_page_shows_the_record_and_keeps_its_controls_in_the_url():
+    at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200", "kv": "bf16", "rate": "1.0"})
+    record = cluster_record(ClusterPageInputs(model="llama-3.1-70b", gpu="h200", kv_dtype="bf16"))
+    assert metric_text(at, "GPUs, disaggregated") == f"{record['disaggregated']['gpus']:,}"
+    assert metric_text(at, "GPUs, aggregated") == f"{record['aggregated']['gpus']:,}"
+    assert metric_text(at, "TPOT, aggregated") == f"{record['aggregated']['tpot_s'] * 1e3:,.1f} ms"
+    # Two Pareto charts, each with its axis titles and a front.
+    charts = [f for f in figures(at) if f["layout"]["title"]["text"].startswith("Tokens/s per GPU")]
+    assert len(charts) == 2 and all(any("Pareto front" in t["name"] for t in f["data"]) for f in charts)
+    at.selectbox(key="cluster.dtp").set_value(4).run()
+    assert at.query_params["dtp"] == "4"
+    at.number_input(key="cluster.rate").set_value(20.0).run()
+    assert at.query_params["rate"] == "20" and not at.exception
+
+
+def test_an_invalid_layout_names_the_widget_and_keeps_the_last_plan():
+    at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200"})
+    before = metric_text(at, "GPUs, aggregated")
+    at.selectbox(key="cluster.dtp").set_value(2).run()
+    at.checkbox(key="cluster.dep").check().run()  # expert parallelism on a dense model
+    errors = [e.value for e in at.error]
+    assert any(e.startswith("**Decode pool: Expert parallel (EP)**") and "dense" in e for e in errors), errors
+    assert "Showing the last valid plan" in texts(at.caption)
+    assert metric_text(at, "GPUs, aggregated") == before  # the last valid plan, not blank
+
+
+def test_a_bad_url_value_is_ignored_with_a_notice():
+    at = open_page(PAGE, {"dtp": "3", "rate": "-1"})
+    assert "dtp" in texts(at.caption) and "rate" in texts(at.caption)
+    assert at.selectbox(key="cluster.dtp").value == 0
