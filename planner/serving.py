@@ -1,0 +1,189 @@
+"""Mean TPOT, TTFT and output tokens/s of a serving benchmark (``vllm bench serve``,
+``sglang.bench_serving``) from :mod:`planner.step_model`'s step time.
+
+A benchmark sends ``num_prompts`` requests of ``input_len`` prompt and ``output_len`` generated
+tokens (``--ignore-eos``), either with at most ``concurrency`` in flight (closed loop) or at a
+Poisson ``request_rate``. The engine's scheduler (vLLM V1, SGLang) runs every running sequence's
+decode and, in the same step, prompt chunks of at most ``chunk_tokens`` tokens (chunked prefill).
+How a prompt shares the GPU with decoding is the engine's: vLLM V1 always runs chunked
+prefill mixed into the decode step (a prompt's chunk and every running sequence's next token
+in one batch); SGLang runs prompts as their own prefill batches between decode steps
+(``enable_mixed_chunk`` is off by default, ``python/sglang/srt/server_args.py``). A prompt of
+``input_len`` tokens takes ``⌈input ÷ chunk⌉`` steps either way. Three arrival patterns follow:
+
+* **burst** — closed loop with equal lengths: the benchmark starts ``concurrency`` requests at
+  once and, their lengths being equal, they finish together, so every wave's prompts arrive
+  together. The wave's ``n = ⌈concurrency × input ÷ chunk⌉`` chunk steps run first; request *j*
+  gets its first token after chunk ``c_j = ⌈j × input ÷ chunk⌉`` and then decodes through the
+  ``n − c_j`` chunks still left::
+
+      TTFT = mean(c_j) × t_chunk
+      TPOT = (mean(n − c_j) × t_chunk + (output − 1 − mean(n − c_j)) × t_decode) / (output − 1)
+      tokens/s = concurrency × output ÷ (n × t_chunk + (output − 1) × t_decode)
+
+* **staggered** — closed loop with lengths that vary (InferenceX's range ratio 0.8): requests
+  drift apart and start at ``concurrency ÷ output`` per step on average, each prompt arriving
+  whole in one step (or its chunks): with vLLM that fraction of steps carries a prompt beside
+  the decodes, ``TPOT = (1 − f) t_decode + f t_mixed``; with SGLang each prompt adds its own
+  prefill step, ``TPOT = t_decode + f t_prefill``. A new request waits half a step, then its
+  own prefill. The benchmark's first ``concurrency`` requests still start together, so with
+  ``num_prompts`` known, TTFT and TPOT weigh that first burst wave by its share of requests.
+* **poisson** — open loop at ``request_rate``: concurrency = rate × (TTFT + (output − 1) × TPOT)
+  (Little's law), solved by fixed-point iteration; ``f = rate × step`` prompts per step.
+
+The decode contexts are the mean over a request's life, ``input + output / 2``. Prompt
+attention is causal: ``input² / 2`` query–key pairs per prompt. Not modelled: the client's HTTP
+and tokenisation time, queueing behind a full KV cache, and the spread of TTFT inside a wave.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.step_model import ServingSetup, StepShape, StepTerms, step_time
+
+Arrival = Literal["burst", "staggered", "poisson"]
+POISSON_ITERATIONS = 30  # the fixed point settles to < 0.1 % in a handful of iterations
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchmarkSpec:
+    """A benchmark run's load. Exactly one of ``concurrency`` and ``request_rate`` is given."""
+
+    input_len: float  # mean prompt tokens
+    output_len: float  # mean generated tokens
+    concurrency: int | None = None
+    request_rate: float | None = None  # requests per second (Poisson)
+    lengths_vary: bool = False  # closed loop only: staggered instead of burst waves
+    chunk_tokens: int = 8192  # the engine's token budget per step (vLLM: max_num_batched_tokens)
+    num_prompts: int | None = None  # closed loop: weighs the first, burst wave of a staggered run
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise ValueError("give exactly one of concurrency and request_rate")
+        if self.input_len < 1 or self.output_len < 2:
+            raise ValueError("input_len must be ≥ 1 and output_len ≥ 2 (TPOT needs two tokens)")
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(f"concurrency must be ≥ 1, got {self.concurrency}")
+        if self.request_rate is not None and not (self.request_rate > 0 and math.isfinite(self.request_rate)):
+            raise ValueError(f"request_rate must be a positive number, got {self.request_rate}")
+
+    @property
+    def arrival(self) -> Arrival:
+        if self.request_rate is not None:
+            return "poisson"
+        return "staggered" if self.lengths_vary else "burst"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingPrediction:
+    """What the benchmark would print: means over requests, seconds and tokens per second."""
+
+    tpot_s: float
+    ttft_s: float
+    output_tokens_per_s: float
+    decode_step: StepTerms  # the steady decode step, term by term
+    concurrency: float  # sequences decoding together (Little's law for Poisson runs)
+    arrival: Arrival
+
+
+def predict_benchmark(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec) -> ServingPrediction:
+    """The benchmark's mean TPOT, mean TTFT and output tokens/s on one replica."""
+    if spec.arrival == "poisson":
+        return _poisson(shape, setup, spec)
+    concurrency = int(spec.concurrency)
+    burst = _burst(shape, setup, spec, concurrency)
+    if spec.arrival == "burst":
+        return burst
+    steady = _staggered(shape, setup, spec, concurrency)
+    if spec.num_prompts is None or spec.num_prompts <= concurrency:
+        return steady
+    first = concurrency / spec.num_prompts  # the share of requests in the first, burst wave
+    ttft = first * burst.ttft_s + (1 - first) * steady.ttft_s
+    tpot = first * burst.tpot_s + (1 - first) * steady.tpot_s
+    e2e = ttft + (spec.output_len - 1) * tpot
+    return ServingPrediction(tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=concurrency * spec.output_len / e2e,
+                             decode_step=steady.decode_step, concurrency=concurrency, arrival="staggered")
+
+
+def _context(spec: BenchmarkSpec) -> float:
+    return spec.input_len + spec.output_len / 2
+
+
+def _prompt_step(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, *, decode_batch: int,
+                 prompt_tokens: float) -> float:
+    """A step carrying ``prompt_tokens`` of prompts: beside ``decode_batch`` decodes (vLLM), or
+    alone (SGLang's prefill batch; its decodes run in their own step)."""
+    requests = max(1, round(prompt_tokens / spec.input_len))
+    rows = decode_batch if mixes_prefill(setup) else 0
+    return step_time(shape, setup, decode_batch=rows, context=_context(spec), prefill_tokens=prompt_tokens,
+                     prefill_pairs=prompt_tokens * spec.input_len / 2, prefill_requests=requests).total_s
+
+
+def mixes_prefill(setup: ServingSetup) -> bool:
+    """Whether the engine runs prompt chunks inside the decode step (vLLM V1) or apart (SGLang)."""
+    return setup.engine == "vllm"
+
+
+def _burst(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, concurrency: int) -> ServingPrediction:
+    chunks = max(1, math.ceil(concurrency * spec.input_len / spec.chunk_tokens))
+    done_after = [math.ceil(j * spec.input_len / spec.chunk_tokens) for j in range(1, concurrency + 1)]
+    mean_chunk = sum(done_after) / concurrency
+    left = chunks - mean_chunk  # chunks a request decodes through after its first token
+    # While a wave's prompts are chunked, the requests already past their chunk decode beside them.
+    t_chunk = _prompt_step(shape, setup, spec, decode_batch=concurrency * (chunks - 1) // (2 * chunks),
+                           prompt_tokens=concurrency * spec.input_len / chunks)
+    decode = step_time(shape, setup, decode_batch=concurrency, context=_context(spec))
+    steps = spec.output_len - 1
+    overlap = min(left, steps)
+    tpot = (overlap * t_chunk + (steps - overlap) * decode.total_s) / steps
+    wave = chunks * t_chunk + steps * decode.total_s
+    return ServingPrediction(tpot_s=tpot, ttft_s=mean_chunk * t_chunk,
+                             output_tokens_per_s=concurrency * spec.output_len / wave,
+                             decode_step=decode, concurrency=concurrency, arrival="burst")
+
+
+def _with_prompts(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, batch: int,
+                  prompts_per_step: float) -> tuple[float, StepTerms]:
+    """Mean step time when ``prompts_per_step`` prompts start per decode step on average."""
+    decode = step_time(shape, setup, decode_batch=batch, context=_context(spec))
+    steps_per_prompt = max(1, math.ceil(spec.input_len / spec.chunk_tokens))
+    piece = spec.input_len / steps_per_prompt
+    share = prompts_per_step * steps_per_prompt  # steps that carry a prompt piece
+    if not mixes_prefill(setup):
+        return decode.total_s + share * _prompt_step(shape, setup, spec, decode_batch=0, prompt_tokens=piece), decode
+    if share <= 1:
+        mixed = _prompt_step(shape, setup, spec, decode_batch=batch, prompt_tokens=piece)
+        return (1 - share) * decode.total_s + share * mixed, decode
+    tokens = min(prompts_per_step * spec.input_len, spec.chunk_tokens)
+    return _prompt_step(shape, setup, spec, decode_batch=batch, prompt_tokens=tokens), decode
+
+
+def _own_prefill(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, batch: int) -> float:
+    """A new prompt's own prefill: its chunks, each in a step with the running decodes (vLLM)
+    or in a prefill batch of its own (SGLang)."""
+    chunks = max(1, math.ceil(spec.input_len / spec.chunk_tokens))
+    return chunks * _prompt_step(shape, setup, spec, decode_batch=batch, prompt_tokens=spec.input_len / chunks)
+
+
+def _staggered(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, concurrency: int) -> ServingPrediction:
+    tpot, decode = _with_prompts(shape, setup, spec, concurrency, concurrency / spec.output_len)
+    ttft = tpot / 2 + _own_prefill(shape, setup, spec, concurrency)
+    e2e = ttft + (spec.output_len - 1) * tpot
+    return ServingPrediction(tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=concurrency * spec.output_len / e2e,
+                             decode_step=decode, concurrency=concurrency, arrival="staggered")
+
+
+def _poisson(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec) -> ServingPrediction:
+    rate = float(spec.request_rate)
+    concurrency, tpot = 1.0, 0.0
+    for _ in range(POISSON_ITERATIONS):
+        batch = max(1, round(concurrency))
+        base = step_time(shape, setup, decode_batch=batch, context=_context(spec)).total_s
+        tpot, decode = _with_prompts(shape, setup, spec, batch, rate * (tpot or base))
+        ttft = tpot / 2 + _own_prefill(shape, setup, spec, batch - 1)
+        concurrency = rate * (ttft + (spec.output_len - 1) * tpot)
+    return ServingPrediction(tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=rate * spec.output_len,
+                             decode_step=decode, concurrency=concurrency, arrival="poisson")
