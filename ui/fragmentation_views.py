@@ -120,7 +120,8 @@ def block_table_section(state: PageState, chosen: Sidebar) -> None:
         line += (f"; byte address = {address.physical_block} × {demo.manager.block_bytes:,} + {address.offset} × "
                  f"{per_token:,} = {address.byte_address:,}")
     st.markdown(line)
-    show(readable(charts.block_tables(demo)), key="frag.bt_tables", file_name="block_tables.csv")
+    show(readable(charts.block_tables(demo)), key="frag.bt_tables", file_name="block_tables.csv",
+         label="Block tables as CSV")
     st.caption(f"Copy-on-write copies so far: {demo.copies}. Last events:")
-    show(readable(charts.event_log(demo)), key="frag.bt_log", file_name="block_events.csv")
+    show(readable(charts.event_log(demo)), key="frag.bt_log", file_name="block_events.csv", label="Events as CSV")
     state.sync()

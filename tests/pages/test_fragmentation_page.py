@@ -168,6 +168,9 @@ def test_sharing_and_block_table_by_hand():
     # 4 × ⌈700/16⌉ = 176 unshared.
     assert sampling["Blocks with sharing"] == 83 and sampling["Blocks without sharing"] == 176
     at = open_page(query={"tab": "blocks"})
+    labels = [b.proto.label for b in at.get("download_button")]
+    assert len(labels) == len(set(labels)), labels  # two tables, two buttons that say which is which
+    assert {"Block tables as CSV", "Events as CSV"} <= set(labels)
     events = table(at, "Logical block")  # the event log's fields in words, not logical_block
     assert not any("_" in column for column in events.columns)
     at.number_input(key="frag.bt_pos").set_value(9).run()
