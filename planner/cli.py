@@ -28,6 +28,7 @@ from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
 from kernels.bench.records import BenchReport, read_bench_file
 from planner.bandwidth import SOURCES_IN_ORDER
+from planner import bench_like
 from planner.cluster import cli as cluster_cli
 from planner.capacity import binding_limit_at, decode_step, effective_bandwidth
 from planner.plan import DEFAULT_MAX_CONTEXT, PlanOutcome, PlanRequest, TrafficSpec, run_plan
@@ -231,6 +232,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["cluster"]:  # python -m planner cluster: the cluster plan has its own options
         return cluster_cli.main(argv[1:])
+    if argv[:1] == ["bench-like"]:  # what vllm bench serve would print, from the step model
+        return bench_like.main(argv[1:])
 
     def body() -> int:
         args = build_parser().parse_args(argv)

@@ -48,11 +48,13 @@ SURFACES = (
     Surface("simulation timeline", "simulation.cli", ("--json", "--rate", "5"), subcommand="timeline"),
     Surface("simulation prefix", "simulation.cli", ("--json", "--user-tokens", "10"), subcommand="prefix"),
     Surface("kernels.bench", "kernels.bench.cli", ()),
+    Surface("planner cluster", "planner.cluster.cli", ("--json",)),
+    Surface("planner bench-like", "planner.bench_like", ("--json", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")),
 )
 # Small workloads where the fuzzed option leaves the size to the base, so accepted values run fast.
 SMALL_WORKLOAD = {"simulation snapshot": ("--n", "300"), "simulation timeline": ("--n", "60"),
                   "simulation prefix": ("--requests", "30")}
-NO_GPU = "no CUDA GPU"
+NO_GPU = {"kernels.bench": "no CUDA GPU"}  # what a valid run says on a machine without one
 
 
 def _bounded_options(parser: argparse.ArgumentParser, subcommand: str | None) -> dict[str, Bound]:
@@ -88,7 +90,7 @@ def _check(surface: Surface, main, option: str, value: str, *, refused_here: boo
     if code == 2:
         assert out == ""
         names = (option,) if refused_here else ("argument --",)
-        names += (NO_GPU,) if surface.name == "kernels.bench" else ()
+        names += (NO_GPU[surface.name],) if surface.name in NO_GPU else ()
         assert_one_line_naming(err, *names)
     elif "--json" in surface.base:
         strict_json(out)

@@ -19,7 +19,7 @@ from functools import cache
 import pytest
 
 from hardware.gpus import get_gpu
-from planner.serving import BenchmarkSpec, ServingPrediction, predict_benchmark
+from planner.serving import VALIDATION, BenchmarkSpec, ServingPrediction, predict_benchmark
 from planner.step_model import ServingSetup, step_shape
 from sizing.catalogue import get_entry
 from support.paths import FIXTURES, ROOT
@@ -95,6 +95,30 @@ def test_ttft_and_throughput_error_statistics():
     assert len(tokens) == 16 and statistics.median(tokens) <= MEDIAN_TOKENS_ERROR
     # TTFT comes out low on every run that reports one: client and API-server time is not modelled.
     assert all(e < 0 for e in _errors("ttft_ms", 1e3, "ttft_s").values())
+
+
+def test_the_published_summary_is_what_the_runs_give():
+    """planner.serving.VALIDATION (what the CLIs quote) and the doc's table are the runs' figures,
+    rounded as the doc prints them."""
+    tpot = [abs(e) for e in _errors("tpot_ms", 1e3, "tpot_s").values()]
+    ttft = _errors("ttft_ms", 1e3, "ttft_s").values()
+    tokens = [abs(e) for e in _errors("output_tokens_per_s", 1.0, "output_tokens_per_s").values()]
+    assert VALIDATION.runs == len(tpot) == len(RUNS)
+    assert VALIDATION.tpot_median_error == round(statistics.median(tpot), 3)
+    assert VALIDATION.tpot_max_error == round(max(tpot), 2)
+    assert VALIDATION.tpot_within_10_percent == sum(e <= 0.10 for e in tpot)
+    assert VALIDATION.ttft_runs == len(ttft)
+    assert VALIDATION.ttft_median_error == round(statistics.median(abs(e) for e in ttft), 2)
+    assert VALIDATION.ttft_all_low == all(e < 0 for e in ttft)
+    assert VALIDATION.tokens_runs == len(tokens)
+    assert VALIDATION.tokens_median_error == round(statistics.median(tokens), 3)
+    text = DOC.read_text()
+    assert (f"| TPOT, step model | {VALIDATION.runs} | **{VALIDATION.tpot_median_error:.1%}** | "
+            f"**{VALIDATION.tpot_max_error:.0%}** | {VALIDATION.tpot_within_10_percent} |").replace("%", " %") in text
+    assert f"| TTFT, step model | {VALIDATION.ttft_runs} | {VALIDATION.ttft_median_error:.0%} (all low) |".replace(
+        "%", " %") in text
+    assert f"| output tokens/s, step model | {VALIDATION.tokens_runs} | {VALIDATION.tokens_median_error:.1%} |".replace(
+        "%", " %") in text
 
 
 def test_a_prediction_takes_well_under_50_ms():
