@@ -522,3 +522,18 @@ def test_charts_have_axis_titles_png_export_and_apart_markers():
     labels = _download_labels(at)
     assert "Download these results (harness JSON)" in labels and "Download the measurements (CSV)" in labels
     assert "Download the page-size study (CSV)" in labels
+
+
+def test_the_shipped_families_run_is_shown_without_a_gpu():
+    from ui.kernel_families import newest_families
+
+    at = _shipped_app()
+    report, name = newest_families()
+    assert name == "families-h200-2026-12-03.json"
+    frame = next(d.value for d in at.dataframe if "Sliding + sinks (µs)" in d.value.columns)
+    row = frame[(frame["Shape"] == "B=8 L=32768 H=64/8 d=128 bf16") & (frame["Window W (tokens)"] == "128")].iloc[0]
+    # The run's B=8 L=32K W=128 row: full over L 0.2569 ms, sliding 0.0111 ms: 23.17x.
+    assert row["Full over L (µs)"] == "256.9" and row["Full over L ÷ sliding"] == "23.17×"
+    targets = next(d.value for d in at.dataframe if "Target" in d.value.columns
+                   and "sinks_overhead" in set(d.value["Target"])).set_index("Target")
+    assert targets.loc["sinks_overhead", "Met"] == "no" and targets.loc["sliding_decode_vs_full", "Met"] == "yes"
