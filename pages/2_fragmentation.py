@@ -22,7 +22,7 @@ from simulation.workloads import Workload
 from sizing.presets import get_preset
 from hardware.gpus import get_gpu
 from ui import fragmentation_charts as charts
-from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TABS, TIMELINE_REQUESTS, Sidebar,
+from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TABS, Sidebar,
                                        page_state, sidebar, step_gpus, step_models)
 from ui.fragmentation_views import block_table_section, figure2_section, prefix_section, sharing_section
 from ui.layout import chart, metric_row, page_tabs
@@ -194,9 +194,6 @@ def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key:
     caching = allocation == "paged" and st.toggle("Prefix caching (each request's own blocks, after a preemption)",
                                                   key=state.key("prefix_caching"))
     config = replace(base, allocation=allocation, preemption=preemption, prefix_caching=caching)
-    if workload.size > TIMELINE_REQUESTS:
-        st.caption(f"Over time: the first {TIMELINE_REQUESTS:,} of the {workload.size:,} requests.")
-        workload, key = workload.head(TIMELINE_REQUESTS), (key, TIMELINE_REQUESTS)
     poisson_rate = None if use_trace_arrivals else rate  # None: the trace's own arrival times
     seed = chosen.workload.seed
     result = cached_timeline(workload, key, poisson_rate, seed, config)

@@ -8,8 +8,9 @@ Modules, one job each:
 - ``policies``: Orca reservation policies (Max, Pow2, Oracle) and context clipping;
 - ``allocators``: buddy and first-fit address spaces;
 - ``snapshot``: requests that fit, utilisation, waste, policy comparison, block-size sweep;
-- ``timeline`` (settings and results in ``timeline_types``, the step loop in ``engine``, its closed
-  forms in ``engine_sums``): continuous batching over time as vLLM's V1 scheduler runs it
+- ``timeline`` (settings and results in ``timeline_types``; the event loop in ``engine``, which
+  jumps over stretches of pure decode in closed form, with its parts in the ``engine_*`` modules):
+  continuous batching over time as vLLM's V1 scheduler runs it
   (max_num_seqs, max_num_batched_tokens, chunked prefill), preemption by recompute or swap;
 - ``step_cost``: a step's time as a memory/compute roofline (or the user's constant);
 - ``block_pool``: paged block pools, vLLM's prefix cache (hashes of full blocks, LRU free queue)

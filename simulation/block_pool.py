@@ -11,6 +11,11 @@
   head and evicts the hash that block still carries: least recently freed goes first;
 - a hit on a block in the free queue takes it out of the queue (reference count 0 → 1).
 
+``OwnBlockPool`` is ``CachingPool`` for the case where a cached block can only ever serve the
+request that computed it, after that request is preempted (prompts without shared content, no CPU
+tier, preemption by recompute): the same queue, evictions and counts, kept as runs of blocks so
+that every operation costs O(1) instead of O(blocks).
+
 ``CpuTier`` is a second, slower level (vLLM's CPU offloading connector, LMCache): blocks
 evicted from the GPU cache keep their hash in CPU memory (LRU, ``capacity_blocks``); a later hit
 there is copied back over the link. Preempted sequences may be parked there too (swap).
@@ -18,8 +23,10 @@ there is copied back over the link. Preempted sequences may be parked there too 
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass
+
+UNCACHED = -1  # owner of an OwnBlockPool run of blocks that carry no hash
 
 
 class CountingPool:
@@ -190,3 +197,86 @@ class CachingPool:
             if self.ref[block] == 0:
                 self.queue[block] = None
                 self._cached_free += self.block_hash[block] is not None
+
+
+class OwnBlockPool:
+    """:class:`CachingPool` when a request's cached blocks can only serve that request again.
+
+    With prompts that share nothing, a block's hash names one request and one block index, and
+    only that request (readmitted after a preemption by recompute) ever looks it up. Then, as
+    ``CachingPool`` runs (tests compare the two):
+
+    - a running request's first ``registered`` blocks carry hashes and the rest none, so its
+      release puts on the free queue its uncached tail, then its cached blocks last one first;
+    - eviction takes the queue's head, so the request's cached blocks left are always its first
+      ones, all together, and a readmission hits every one of them (its lookup wants more).
+
+    So the free queue is a deque of runs ``[owner, cached, uncached]``: one release, whose
+    ``uncached`` blocks come off the queue before its ``cached`` ones (owner ``UNCACHED`` for
+    blocks that never carried a hash). Nothing is per block: which physical block a request holds
+    never changes a figure, so no block is named.
+    """
+
+    def __init__(self, num_blocks: int) -> None:
+        self.num_blocks = int(num_blocks)
+        self.free = self.num_blocks  # blocks in the free queue
+        self.cached_free = 0  # free blocks that still carry a hash
+        self.evictions = 0
+        self.queue: deque[list[int]] = deque([[UNCACHED, 0, self.num_blocks]])  # head first
+        self.runs: dict[int, list[int]] = {}  # request → its run, while it has cached blocks there
+
+    def cached_of(self, request: int) -> int:
+        """How many of ``request``'s first blocks are cached (free: it is not running)."""
+        run = self.runs.get(request)
+        return run[1] if run is not None else 0
+
+    def touch(self, request: int, hits: int) -> None:
+        """A readmitted ``request`` reuses its ``hits`` cached blocks: they leave the free queue
+        (its uncached ones stay where they are)."""
+        run = self.runs.pop(request)
+        if run[1] != hits:
+            raise RuntimeError(f"request {request} hits {hits} of its {run[1]} cached blocks")
+        self.free -= hits
+        self.cached_free -= hits
+        run[1] = 0
+
+    def take(self, count: int) -> None:
+        """Allocate ``count`` blocks from the head of the free queue, evicting the hashes they carry."""
+        if count > self.free:
+            raise RuntimeError(f"asked for {count} blocks with {self.free} free")
+        self.free -= count
+        queue, evicted = self.queue, 0
+        while count:
+            run = queue[0]
+            owner, cached, uncached = run
+            if uncached:  # a run's uncached blocks leave first
+                if uncached > count or (uncached == count and cached):
+                    run[2] = uncached - count
+                    break
+                count -= uncached
+                run[2] = 0
+            if cached > count:
+                run[1] = cached - count
+                evicted += count
+                break
+            count -= cached  # the whole run goes
+            evicted += cached
+            queue.popleft()
+            if cached:
+                del self.runs[owner]
+        self.evictions += evicted
+        self.cached_free -= evicted
+
+    def release(self, request: int, blocks: int, registered: int) -> None:
+        """``request`` lets go of its ``blocks`` blocks, the first ``registered`` of them cached."""
+        queue = self.queue
+        if registered:
+            run = [request, registered, blocks - registered]
+            queue.append(run)
+            self.runs[request] = run
+        elif queue and queue[-1][1] == 0:  # nothing cached here or at the tail: one uncached run
+            queue[-1][2] += blocks
+        else:
+            queue.append([UNCACHED, 0, blocks])
+        self.free += blocks
+        self.cached_free += registered

@@ -114,12 +114,12 @@ class Batch:
     # ---- membership ---------------------------------------------------------------------------
     def admit(self, request: int, length: int, goal: int) -> None:
         """Start running ``request`` at ``length`` tokens; it decodes once ``length > goal``."""
-        self.seq[request] = self.admissions
-        self.admissions += 1
+        self.seq[request] = seq = self.admissions
+        self.admissions = seq + 1
         self.goal[request] = goal
         self.order[request] = None
         if length > goal:
-            self._decode(request, length)
+            self._decode(request, length, seq)
         else:
             self.state[request] = PREFILLING
             self.base[request] = length
@@ -128,12 +128,14 @@ class Batch:
 
     def remove(self, request: int) -> int:
         """Stop running ``request``; returns its length."""
-        length = self.length(request)
+        base = self.base[request]
         if self.state[request] == DECODING:
+            length = base + self.clock
             self.decoding -= 1
-            self.base_sum -= self.base[request]
+            self.base_sum -= base
             if self.paged:
-                residue = self.base[request] % self.block
+                block = self.block
+                residue = base % block
                 if self.counts is not None:
                     self.counts[residue] -= 1
                 else:
@@ -142,11 +144,12 @@ class Batch:
                         self.residues[residue] = left
                     else:
                         del self.residues[residue]
-                self.tail -= -length % self.block
+                self.tail -= -length % block
                 if self.in_last[request]:
                     self.excess -= -self.final[request] % self.block
                     self.in_last[request] = 0
         else:
+            length = base
             del self.prefilling[request]
             self._prefill_sums(request, length, -1)
         self.state[request] = IDLE
@@ -159,7 +162,7 @@ class Batch:
         self._prefill_sums(request, self.base[request], -1)
         if length > self.goal[request]:
             del self.prefilling[request]
-            self._decode(request, length)
+            self._decode(request, length, self.seq[request])
             return True
         self.base[request] = length
         self._prefill_sums(request, length, 1)
@@ -172,14 +175,14 @@ class Batch:
             self.pre_held += sign * held
             self.pre_filled += sign * min(held, self.final[request])
 
-    def _decode(self, request: int, length: int) -> None:
+    def _decode(self, request: int, length: int, seq: int) -> None:
+        """``request`` (admission ``seq``) decodes from ``length`` tokens on."""
         block, final = self.block, self.final[request]
         base = length - self.clock
         self.state[request] = DECODING
         self.base[request] = base
         self.decoding += 1
         self.base_sum += base
-        seq = self.seq[request]
         heapq.heappush(self.done_heap, (final - base, seq, request))
         if not self.paged:
             return
@@ -234,6 +237,14 @@ class Batch:
         block, shift = self.block, -self.clock
         return sum(count * tail_sum((shift - residue) % block, steps, block) for residue, count in self.residues.items())
 
+    def growth_and_tail(self, steps: int) -> tuple[int, int]:
+        """(:meth:`growth`, :meth:`tail_integral`) over ``steps`` steps, from one table look-up."""
+        if self.counts is None:
+            return self.growth(steps), self.tail_integral(steps)
+        blocks, tails = self._tables(steps)
+        counts = self.counts
+        return sum(map(mul, counts, blocks)), sum(map(mul, counts, tails))
+
     def growing(self, steps: int) -> list[tuple[int, int]]:
         """(request, blocks) of every decoding request that needs blocks in ``steps`` more steps,
         in admission order (paged; a pass over the batch)."""
@@ -254,8 +265,13 @@ class Batch:
         if not self.paged:
             return 0
         self.tail += blocks * self.block - steps * self.decoding
-        partial = 0
-        heap, clock = self.last_heap, self.clock
+        heap = self.last_heap
+        return self.enter_last_blocks() if heap and heap[0][0] <= self.clock else 0
+
+    def enter_last_blocks(self) -> int:
+        """Count in ``excess`` the decoding requests whose length has reached its last block by
+        the clock; returns Σ e × steps they have spent there (paged)."""
+        heap, clock, partial = self.last_heap, self.clock, 0
         while heap and heap[0][0] <= clock:
             enter, seq, request = heapq.heappop(heap)
             if self.seq[request] == seq and self.state[request] == DECODING:
@@ -265,27 +281,23 @@ class Batch:
                 partial += excess * (clock - enter + 1)
         return partial
 
-    def _clean(self) -> None:
-        heap = self.done_heap
-        while heap:
-            _, seq, request = heap[0]
-            if self.seq[request] == seq and self.state[request] == DECODING:
-                return
-            heapq.heappop(heap)
-
     def min_remaining(self) -> int:
         """Fewest tokens any decoding request has left to produce (some request decodes)."""
-        self._clean()
-        return self.done_heap[0][0] - self.clock
+        heap, seqs, state = self.done_heap, self.seq, self.state
+        while True:  # drop the stale entries on top (removed or readmitted since)
+            done, seq, request = heap[0]
+            if seqs[request] == seq and state[request] == DECODING:
+                return done - self.clock
+            heapq.heappop(heap)
 
     def pop_done(self) -> list[int]:
         """The requests that have reached their final length, in admission order (not removed)."""
-        heap, clock = self.done_heap, self.clock
+        heap, clock, seqs, state = self.done_heap, self.clock, self.seq, self.state
         done = []
         while heap and heap[0][0] <= clock:
             _, seq, request = heapq.heappop(heap)
-            if self.seq[request] == seq and self.state[request] == DECODING:
+            if seqs[request] == seq and state[request] == DECODING:
                 done.append(request)
         if len(done) > 1:
-            done.sort(key=self.seq.__getitem__)
+            done.sort(key=seqs.__getitem__)
         return done

@@ -42,6 +42,14 @@ def decode_seconds(cost: StepCost, batch: int, context: int, steps: int) -> floa
     return _affine_sum(*first, 0.0, split) + _affine_sum(*second, split, k)
 
 
+def constant_decode_step(cost: StepCost, batch: int) -> float:
+    """One pure-decode step of ``batch`` sequences (seconds) when ``cost.is_constant_decode``:
+    then ``decode_seconds(cost, batch, context, k) == constant_decode_step(cost, batch) * k`` bit
+    for bit (the context terms are ``0.0 × context``, which adds nothing to a positive sum)."""
+    m0, c0 = cost.fixed_s, cost.per_token_s * batch
+    return m0 if m0 >= c0 else c0
+
+
 def steps_to_reach(cost: StepCost, batch: int, context: int, wait: float, cap: int) -> int:
     """Fewest decode steps (≥ 1, ≤ ``cap``) whose total time reaches ``wait`` seconds.
 

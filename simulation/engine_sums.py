@@ -36,24 +36,38 @@ def paged_sums(length: np.ndarray, final: np.ndarray, steps: int, block_size: in
 class Accumulator:
     """Time integrals (slot·seconds, request·seconds) of the engine's memory figures.
 
-    ``memory`` holds, in order: token states, slots their request will fill, slots reserved by
-    the policy, slots allocated, external holes, cached free slots.
+    :attr:`memory` holds, in order: token states, slots their request will fill, slots reserved
+    by the policy, slots allocated, external holes, cached free slots. ``paged``: a paged pool
+    allocates exactly the slots it reserves, so the two figures arrive equal and one is summed.
     """
 
-    def __init__(self) -> None:
-        self.memory = [0.0] * 6
+    def __init__(self, paged: bool = False) -> None:
+        self.paged = paged
+        self.totals = [0.0] * 6
         self.batch = 0.0
 
+    @property
+    def memory(self) -> list[float]:
+        """The six integrals (slot·seconds), in the order above."""
+        totals = list(self.totals)
+        if self.paged:
+            totals[3] = totals[2]
+        return totals
+
     def add(self, seconds: float, memory: tuple[int, ...], batch: float) -> None:
-        """Add ``seconds`` × each figure (figures may already be sums over steps of ``seconds``)."""
-        total = self.memory
+        """Add ``seconds`` × each figure (figures may already be sums over steps of ``seconds``).
+        A figure of 0 adds exactly 0.0, so it is skipped (most runs have no cached or external slots)."""
+        total = self.totals
         tokens, filled, reserved, allocated, external, cached = memory  # unrolled: called at every event
         total[0] += seconds * tokens
         total[1] += seconds * filled
         total[2] += seconds * reserved
-        total[3] += seconds * allocated
-        total[4] += seconds * external
-        total[5] += seconds * cached
+        if not self.paged:
+            total[3] += seconds * allocated
+        if external:
+            total[4] += seconds * external
+        if cached:
+            total[5] += seconds * cached
         self.batch += seconds * batch
 
 

@@ -7,14 +7,20 @@ What grows, and with what:
 * prompt segments: each turn of a conversation carries its whole history (every earlier turn's
   prompt and answer), so a synthetic prefix workload holds ``turns × (turns + 1)`` segments per
   conversation (quadratic in ``turns``; at 1,000 turns and 100,000 requests, 10⁸ entries, several GB);
-* prompt blocks: prefix caching hashes every full block of every prompt and keeps the hashes
-  (``Σ prompt / block_size``: a block of one token makes each token a cache entry);
-* requests: the engine steps through each arrival, admission and finish.
+* prompt blocks: prefix caching over prompts with shared content hashes every full block of
+  every prompt and keeps the hashes (``Σ prompt / block_size``: a block of one token makes each
+  token a cache entry); prompts that share nothing need no hashes (the engine keeps runs of
+  blocks), so they cost per request;
+* requests: the engine handles each arrival, admission and finish as events.
 
-Wall time follows the engine's steps: on a 2-core x86 machine (the CI class) one scheduler step
-took 100-120 µs and a run took 1.5-2.5 steps per request whatever the arrival rate (20,000
-requests at 5, 100 and 1,000 requests/s); with prefix caching each prompt block hashed and
-looked up added ~6 µs. A run estimated past ``MAX_ESTIMATED_SECONDS`` is refused before it starts.
+Wall time follows the engine's events, a few per request. On a 2-core x86 machine (the CI
+class), 20,000 requests of the CLI's default workload (arrivals at 1, 5, 100 and 1,000
+requests/s; the 506 GB budget and a 100,000-token one that preempts; each allocator; prefix
+caching and swap) took 10-52 µs a request, the most with prefix caching on the tight budget
+(~7,000 preemptions); the default settings take 10-15 µs. With shared content each prompt block
+hashed and looked up added ~6 µs under the step-by-step engine that came before (1-2.3 µs
+measured with the event engine; the bound is kept). A run estimated past
+``MAX_ESTIMATED_SECONDS`` is refused before it starts.
 
 The other bounds are set where a run still fits well under a GB: 4 million segments (a
 5-million-segment workload peaked at 0.86 GB) and 20 million prompt blocks. A deadline
@@ -35,8 +41,8 @@ __all__ = ["MAX_SEGMENTS", "MAX_PROMPT_BLOCKS", "MAX_ESTIMATED_SECONDS", "MAX_RU
 
 MAX_SEGMENTS = 4_000_000
 MAX_PROMPT_BLOCKS = 20_000_000
-SECONDS_PER_REQUEST = 2.5 * 120e-6  # the most steps per request seen, at the slowest step
-SECONDS_PER_PROMPT_BLOCK = 6e-6
+SECONDS_PER_REQUEST = 55e-6  # the most seen: 52 µs a request (see the module notes), rounded up
+SECONDS_PER_PROMPT_BLOCK = 6e-6  # measured under the step-by-step engine; an upper bound now
 MAX_ESTIMATED_SECONDS = 45.0
 MAX_RUN_SECONDS = 60.0
 DEADLINE_EVERY = 64  # engine loop turns between deadline checks (a clock read: far below a step's cost)
@@ -48,7 +54,7 @@ class RunEstimate:
 
     requests: int
     segments: int  # prompt segments of the workload's content (0 without content)
-    prompt_blocks: int  # full prompt blocks prefix caching hashes (0 without caching)
+    prompt_blocks: int  # full prompt blocks prefix caching hashes (0 without caching or shared content)
 
     @property
     def seconds(self) -> float:
@@ -77,11 +83,14 @@ def prefix_estimate(*, requests: int, turns: int, system_tokens: int, user_token
     return RunEstimate(requests=requests, segments=segments, prompt_blocks=prompt_tokens // max(1, block_size))
 
 
-def workload_estimate(prompt_tokens: np.ndarray, *, segments: int, block_size: int,
-                      prefix_caching: bool) -> RunEstimate:
-    """The cost of a built workload: its requests, its content's segments and, with prefix
-    caching, its full prompt blocks."""
-    blocks = int(np.sum(np.asarray(prompt_tokens, dtype=np.int64) // max(1, block_size))) if prefix_caching else 0
+def workload_estimate(prompt_tokens: np.ndarray, *, segments: int, block_size: int, prefix_caching: bool,
+                      per_block: bool | None = None) -> RunEstimate:
+    """The cost of a built workload: its requests, its content's segments and, when prefix
+    caching hashes every block, its full prompt blocks. ``per_block`` says whether it does: with
+    shared content (``segments`` > 0), a CPU tier or swap preemption; None: with content."""
+    per_block = segments > 0 if per_block is None else per_block
+    hashed = prefix_caching and per_block
+    blocks = int(np.sum(np.asarray(prompt_tokens, dtype=np.int64) // max(1, block_size))) if hashed else 0
     return RunEstimate(requests=int(np.asarray(prompt_tokens).size), segments=segments, prompt_blocks=blocks)
 
 

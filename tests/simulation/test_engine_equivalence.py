@@ -2,7 +2,9 @@
 its running totals against sums over the batch, its jumps against one step at a time, and its
 figures against those the step-by-step engine it replaced printed for the same runs."""
 
+import dataclasses
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -10,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import simulation.engine as engine
+from simulation.block_pool import CachingPool, OwnBlockPool
+from simulation.content import unique_content
 from simulation.engine_batch import tail_sum
 from simulation.engine_cost import decode_seconds, steps_to_reach
 from simulation.memory import KvBudget
@@ -70,7 +74,8 @@ def _small(seed: int) -> Workload:
 
 
 def _tight(**config) -> TimelineConfig:
-    return TimelineConfig(budget=KvBudget(tokens=3000, per_token_bytes=1000), max_context=512, **config)
+    config.setdefault("budget", KvBudget(tokens=3000, per_token_bytes=1000))
+    return TimelineConfig(max_context=512, **config)
 
 
 EQUIVALENCE_CASES = {
@@ -160,3 +165,145 @@ def test_prefix_conversations_with_a_cpu_tier_equal_the_step_by_step_engine():
     assert (result.duration_s, result.mean_batch_size, b.token_states, b.reservation, b.internal_fragmentation) == (
         122.74847886293328, 17.253350220922847, 17849.353992315187, 128.67889845411628, 6.76737386134846)
     assert float(result.ttft_s.sum()) == 4719.633975908325
+
+
+# ---- the engine's fast paths against its general code ------------------------------------------
+
+def _assert_identical(left, right, path="result"):
+    """Every field of two results equal: numbers exactly, arrays element by element (NaN = NaN)."""
+    if dataclasses.is_dataclass(left):
+        assert type(left) is type(right), path
+        for field in dataclasses.fields(left):
+            _assert_identical(getattr(left, field.name), getattr(right, field.name), f"{path}.{field.name}")
+    elif isinstance(left, np.ndarray):
+        assert left.dtype == right.dtype and np.array_equal(left, right, equal_nan=True), path
+    elif isinstance(left, float) and math.isnan(left):
+        assert math.isnan(right), path
+    else:
+        assert type(left) is type(right) and left == right, (path, left, right)
+
+
+def _conversations(seed: int) -> Workload:
+    scenario = PrefixScenario(requests=240, system_tokens=120, user_tokens=40, output_tokens=50, rate=8.0, turns=4,
+                              think_s=1.0)
+    return prefix_workload(scenario, np.random.default_rng(seed))
+
+
+# Cases the lane (engine_lane) runs for most of their steps: small batches that fill, tight
+# budgets that preempt, conversations whose next turns arrive at completions.
+LANE_CASES = {
+    **{name: (_small, settings_) for name, settings_ in EQUIVALENCE_CASES.items()},
+    "paged, roomy": (_small, dict(budget=KvBudget(tokens=40_000), max_num_seqs=12)),
+    "prefix caching, roomy, roofline": (_small, dict(budget=KvBudget(tokens=40_000), max_num_seqs=12,
+                                                     prefix_caching=True, step_cost=ROOFLINE)),
+    "conversations": (_conversations, dict(budget=KvBudget(tokens=40_000), max_num_seqs=6)),
+    "conversations, tight, swap": (_conversations, dict(budget=KvBudget(tokens=1200), max_num_seqs=6,
+                                                        preemption="swap")),
+}
+
+
+def _lane_run(name: str, seed: int):
+    make, settings_ = LANE_CASES[name]
+    workload, config = make(seed), _tight(**settings_)
+    lane_runs = engine.Engine(workload, config, None)
+    expected = lane_runs.paged and not lane_runs.per_block  # the engine's own condition for the lane
+    return run_timeline(workload, config, progress=(calls := []).append), calls, expected
+
+
+@pytest.mark.parametrize("name", LANE_CASES)
+def test_the_lane_gives_the_general_loops_figures(monkeypatch, name):
+    lane_steps = []
+    run_lane = engine.run_lane
+
+    def counted(e, *args):
+        before = e.steps
+        run_lane(e, *args)
+        lane_steps.append(e.steps - before)
+
+    monkeypatch.setattr(engine, "run_lane", counted)
+    fast, fast_progress, expected = _lane_run(name, 4)
+    monkeypatch.setattr(engine, "LANE", False)
+    general, general_progress, _ = _lane_run(name, 4)
+    _assert_identical(fast, general)
+    assert fast_progress == general_progress and fast_progress[-1] == 1.0
+    # The lane ran most steps where it can: the comparison is not of one path with itself.
+    assert sum(lane_steps) > fast.steps / 20 if expected else not lane_steps
+
+
+@pytest.mark.parametrize("settings_", [dict(max_num_seqs=12), dict(max_num_seqs=12, block_size=1),
+                                       dict(max_num_seqs=12, block_size=7, step_cost=ROOFLINE),
+                                       dict(budget=KvBudget(tokens=40_000), max_num_seqs=20)],
+                         ids=["blocks of 16", "blocks of 1", "blocks of 7, roofline", "roomy"])
+def test_own_block_pool_gives_the_per_block_pools_figures(monkeypatch, settings_):
+    """Prefix caching where only a request's own blocks can hit (after a preemption): OwnBlockPool's
+    runs (and the lane, which runs with it) against CachingPool's blocks and hashes."""
+    config = _tight(prefix_caching=True, **settings_)
+    fast = run_timeline(_small(5), config)
+    monkeypatch.setattr(engine, "OWN_BLOCK_POOL", False)
+    per_block = run_timeline(_small(5), config)
+    _assert_identical(fast, per_block)
+    assert fast.prefix.evictions > 0
+    if "budget" not in settings_:
+        assert fast.preemptions > 0 and fast.prefix.readmission_hit_tokens > 0  # readmissions hit their blocks
+
+
+def test_prompts_that_share_nothing_cache_alike_with_or_without_content():
+    """A workload whose content says every prompt is its own runs on the per-block pool (it has
+    content); without content it runs on OwnBlockPool: the same hashes, the same figures."""
+    workload = _small(6)
+    config = _tight(prefix_caching=True, max_num_seqs=12)
+    with_content = run_timeline(replace(workload, content=unique_content(workload.size)), config)
+    _assert_identical(run_timeline(workload, config), with_content)
+
+
+def test_own_block_pool_by_hand():
+    # 6 blocks. A takes 3 and registers 2 (its 3rd block is its partial tail); B takes 2, none full.
+    pool = OwnBlockPool(6)
+    pool.take(3)
+    pool.take(2)
+    pool.release(0, 3, 2)  # queue: [1 free never cached] [A: tail, then 2 cached]
+    pool.release(1, 2, 0)  # [B: 2 uncached]
+    assert (pool.free, pool.cached_free, pool.cached_of(0), pool.cached_of(1)) == (6, 2, 2, 0)
+    pool.take(2)  # the never-cached block, then A's uncached tail: nothing evicted
+    assert (pool.free, pool.evictions, pool.cached_of(0)) == (4, 0, 2)
+    pool.take(1)  # A's last cached block goes first: A keeps its first block cached
+    assert (pool.free, pool.evictions, pool.cached_free, pool.cached_of(0)) == (3, 1, 1, 1)
+    pool.touch(0, 1)  # A readmitted: its cached block leaves the queue, B's two stay
+    assert (pool.free, pool.cached_free, pool.cached_of(0)) == (2, 0, 0)
+    pool.take(2)
+    assert (pool.free, pool.evictions) == (0, 1)
+    with pytest.raises(RuntimeError):
+        pool.take(1)
+
+
+def test_own_block_pool_follows_caching_pool_through_the_same_requests():
+    """The same admissions, readmission hits and releases on both pools (a request's hashes are
+    its own): equal counts after every operation."""
+    rng = np.random.default_rng(0)
+    own, per_block = OwnBlockPool(64), CachingPool(64)
+    readmitted = 0
+    tables: dict[int, tuple[list[int], int]] = {}  # running request → (its blocks in CachingPool, hits)
+    for _ in range(600):
+        request = int(rng.integers(0, 12))
+        if request in tables:  # release it with its first `full` blocks registered (its hits at least)
+            table, hit_count = tables.pop(request)
+            full = int(rng.integers(hit_count, len(table) + 1))
+            for index in range(full):
+                per_block.cache(table[index], hash((request, index)))
+            own.release(request, len(table), full)
+            per_block.release(table)
+        else:  # admit it: its cached blocks hit, then new ones
+            hits = per_block.lookup([hash((request, index)) for index in range(64)])
+            assert len(hits) == own.cached_of(request)
+            new = int(rng.integers(1, 6))
+            if new > per_block.free - per_block.evictable(hits):
+                continue
+            if hits:
+                own.touch(request, len(hits))
+                readmitted += 1
+            per_block.touch(hits)
+            own.take(new)
+            tables[request] = (hits + per_block.allocate(new), len(hits))
+        assert (own.free, own.cached_free, own.evictions) == (per_block.free, per_block.cached_free,
+                                                              per_block.evictions)
+    assert own.evictions > 50 and readmitted > 50
