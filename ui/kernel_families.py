@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from inputs.errors import InputError
-from kernels.bench.family_records import FamiliesReport, FamilyResult, ok_ms, ratio, read_families_file
+from kernels.bench.family_records import FamiliesReport, ok_ms, ratio, read_families_file
 from kernels.bench.records import measured_text
 from kernels.bench.shipped import RESULTS_DIR
 

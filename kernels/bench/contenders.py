@@ -38,9 +38,10 @@ from kernels.decode.api import paged_decode_attention  # noqa: E402
 from kernels.reference.paged import gather_kv_padded, paged_attention_reference  # noqa: E402
 from kernels.reference.dense import naive_attention_native  # noqa: E402
 from kernels.theory import decode_int4_kv_bytes, decode_kv_bytes  # noqa: E402
+from units import cdiv  # noqa: E402
 
 __all__ = ["DTYPES", "SDPA_BACKENDS", "DecodeInputs", "Timed", "DecodeContender", "DECODE", "PrefillInputs",
-           "PrefillContender", "PREFILL", "variant_contender"]
+           "PrefillContender", "PREFILL", "variant_contender", "random_paged_tensors"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SDPA_BACKENDS = {"sdpa_flash": "FLASH_ATTENTION", "sdpa_cudnn": "CUDNN_ATTENTION",
@@ -51,6 +52,23 @@ ErrCheck = Callable[[], tuple[float, str]]
 # ----------------------------------------------------------------------------------------------
 # Decode
 # ----------------------------------------------------------------------------------------------
+
+
+def random_paged_tensors(batch: int, context: int, n_q_heads: int, n_kv_heads: int, head_dim: int, block_size: int,
+                         dtype: torch.dtype, n_rot: int, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
+    """``(q, k, v, tables, lens)`` of a decode sweep: one pool of random K/V ``[n_rot × batch ×
+    blocks, n_kv_heads, block_size, head_dim]`` on ``gen``'s device, ``n_rot`` sets of queries
+    ``[n_rot, batch, n_q_heads, head_dim]`` and tables ``[n_rot, batch, blocks]``, every sequence
+    ``context`` tokens. Every rotation's tables are a random slice of one permutation of the pool:
+    blocks of a sequence are scattered, as an allocator serving many requests leaves them."""
+    dev, blocks = gen.device, cdiv(context, block_size)
+    num_blocks = n_rot * batch * blocks
+    k = torch.randn(num_blocks, n_kv_heads, block_size, head_dim, device=dev, dtype=dtype, generator=gen)
+    v = torch.randn(num_blocks, n_kv_heads, block_size, head_dim, device=dev, dtype=dtype, generator=gen)
+    perm = torch.randperm(num_blocks, device=dev, generator=gen).to(torch.int32)
+    q = torch.randn(n_rot, batch, n_q_heads, head_dim, device=dev, dtype=dtype, generator=gen)
+    lens = torch.full((batch,), context, dtype=torch.int32, device=dev)
+    return q, k, v, perm.reshape(n_rot, batch, blocks), lens
 
 
 @dataclass(kw_only=True)

@@ -50,7 +50,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from inputs.errors import InputError  # noqa: E402
-from kernels.bench.contenders import DTYPES  # noqa: E402
+from kernels.bench.contenders import DTYPES, random_paged_tensors  # noqa: E402
 from kernels.bench.family_records import (  # noqa: E402
     KV_FORMATS, SCHEMA, SCHEMA_VERSION, FamiliesReport, FamilyResult, FamilyShape, WindowResult, best_full_ms,
     compute_family_targets, ok_ms, ratio,
@@ -199,21 +199,14 @@ class _Pool:
 
 def _new_pool(shape: FamilyShape, device: torch.device, seed: int) -> _Pool:
     """Random bf16/fp16 K/V for a group, rotated over enough copies to read >= 1 GB per timed call."""
-    b, L, hq, hkv = shape.batch, shape.context, shape.n_q_heads, shape.n_kv_heads
-    d, bs = shape.head_dim, shape.block_size
-    dtype = DTYPES[shape.dtype]
-    kv_bytes = decode_kv_bytes(b, L, hkv, d, 2)
+    b = shape.batch
+    kv_bytes = decode_kv_bytes(b, shape.context, shape.n_kv_heads, shape.head_dim, 2)
     n_rot = rotations(kv_bytes, torch.cuda.mem_get_info()[0]) if device.type == "cuda" else 1
-    blocks = cdiv(L, bs)
     gen = torch.Generator(device=device).manual_seed(seed)
-    num_blocks = n_rot * b * blocks
-    k = torch.randn(num_blocks, hkv, bs, d, device=device, dtype=dtype, generator=gen)
-    v = torch.randn(num_blocks, hkv, bs, d, device=device, dtype=dtype, generator=gen)
-    perm = torch.randperm(num_blocks, device=device, generator=gen).to(torch.int32)
-    q = torch.randn(n_rot, b, hq, d, device=device, dtype=dtype, generator=gen)
-    sinks = torch.randn(hq, device=device, generator=gen) * SINK_SCALE
-    return _Pool(shape=shape, q=q, k=k, v=v, tables=perm.reshape(n_rot, b, blocks),
-                 lens=torch.full((b,), L, dtype=torch.int32, device=device), sinks=sinks, rot=Rotation(n_rot),
+    q, k, v, tables, lens = random_paged_tensors(b, shape.context, shape.n_q_heads, shape.n_kv_heads,
+                                                 shape.head_dim, shape.block_size, DTYPES[shape.dtype], n_rot, gen)
+    sinks = torch.randn(shape.n_q_heads, device=device, generator=gen) * SINK_SCALE
+    return _Pool(shape=shape, q=q, k=k, v=v, tables=tables, lens=lens, sinks=sinks, rot=Rotation(n_rot),
                  rows=sorted({0, b - 1})[:ERR_CHECK_ROWS])
 
 

@@ -27,16 +27,16 @@ limit, and raises :class:`FamiliesJsonError` naming the offending field.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from inputs.errors import InputError, shown
-from inputs.uploads import loads_json, read_path_capped, upload_bytes
+from inputs.uploads import read_path_capped
 from kernels.bench.record_ranges import check_ranges
 from kernels.bench.records import (
-    STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec, build_typed, to_jsonable,
+    STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec, check_target_names, report_to_json,
+    typed_document, write_results_json,
 )
 
 __all__ = [
@@ -195,14 +195,11 @@ def compute_family_targets(results: tuple[FamilyResult, ...]) -> tuple[Target, .
 
 def families_to_json(report: FamiliesReport) -> str:
     """The report as strict JSON text (no NaN or infinity: a missing figure is null)."""
-    return json.dumps(to_jsonable(report), indent=1, allow_nan=False)
+    return report_to_json(report)
 
 
 def write_families_json(report: FamiliesReport, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(families_to_json(report) + "\n")
-    return path
+    return write_results_json(report, path)
 
 
 class FamiliesJsonError(InputError):
@@ -236,10 +233,7 @@ def _check_semantics(report: FamiliesReport) -> None:
             if not 1 <= w.window <= r.shape.context:
                 raise ValueError(f"{where}.windows[{j}].window: {w.window} is outside 1..{r.shape.context}")
             _check_measurements(w, WINDOW_CONTENDERS, f"{where}.windows[{j}]")
-    names = [t.name for t in report.targets]
-    expected = [s.name for s in FAMILY_TARGET_SPECS]
-    if len(set(names)) != len(names) or not set(names) <= set(expected):
-        raise ValueError(f"targets must be distinct names from {expected}, got {names}")
+    check_target_names(report.targets, FAMILY_TARGET_SPECS)
 
 
 def parse_families_json(data: bytes | str) -> FamiliesReport:
@@ -254,16 +248,8 @@ def parse_families_json(data: bytes | str) -> FamiliesReport:
     """
     raw = data.encode() if isinstance(data, str) else bytes(data)
     try:
-        upload_bytes(raw, MAX_JSON_BYTES, field="families_json")
-        document = loads_json(raw, field="families_json", max_depth=MAX_JSON_DEPTH)
-        if not isinstance(document, dict):
-            raise ValueError(f"not a families result: top level is a {type(document).__name__}, not an object")
-        if document.get("schema") != SCHEMA:
-            raise ValueError(f"not a families result: schema is {shown(document.get('schema'))}, expected {SCHEMA!r}")
-        if document.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported families schema_version {shown(document.get('schema_version'))} "
-                             f"(this code reads {SCHEMA_VERSION})")
-        report = build_typed(FamiliesReport, document, "report")
+        report = typed_document(raw, FamiliesReport, label="families", schema=SCHEMA, version=SCHEMA_VERSION,
+                                field="families_json", max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH)
         _check_semantics(report)
         return report
     except (InputError, ValueError) as exc:  # InputError carries the field; keep only its message

@@ -45,7 +45,7 @@ __all__ = [
     "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "measured_text", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
     "compute_targets", "report_to_json", "write_bench_json", "parse_bench_json", "read_bench_file",
-    "to_jsonable", "build_typed",
+    "to_jsonable", "build_typed", "write_results_json", "typed_document", "check_target_names",
 ]
 
 SCHEMA = "kv-cache-explorer.kernels.bench"
@@ -453,16 +453,48 @@ def to_jsonable(obj):
     return obj
 
 
-def report_to_json(report: BenchReport) -> str:
-    """The report as JSON text (strict: no NaN, sorted by the record's field order)."""
+def report_to_json(report) -> str:
+    """A results file's report (this harness's or a sibling's) as JSON text: strict (no NaN or
+    infinity: a missing figure is null), each record's fields in their declared order."""
     return json.dumps(to_jsonable(report), indent=1, allow_nan=False)
 
 
-def write_bench_json(report: BenchReport, path: str | Path) -> Path:
+def write_results_json(report, path: str | Path) -> Path:
+    """Write any results report as :func:`report_to_json` gives it; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report_to_json(report) + "\n")
     return path
+
+
+write_bench_json = write_results_json  # the harness report's writer by its own name
+
+
+def typed_document(raw: bytes, tp, *, label: str, schema: str, version: int, field: str, max_bytes: int,
+                   max_depth: int):
+    """A results file's bytes as a record of type ``tp``: at most ``max_bytes`` and
+    ``max_depth`` levels, strict JSON, the schema's name and version, every field typed
+    (:func:`build_typed`). ``label`` names the program in the messages ("kernels.bench").
+    Raises ValueError or :class:`InputError` naming what is wrong."""
+    upload_bytes(raw, max_bytes, field=field)
+    document = loads_json(raw, field=field, max_depth=max_depth)
+    if not isinstance(document, dict):
+        raise ValueError(f"not a {label} result: top level is a {type(document).__name__}, not an object")
+    if document.get("schema") != schema:
+        raise ValueError(f"not a {label} result: schema is {shown(document.get('schema'))}, expected {schema!r}")
+    if document.get("schema_version") != version:
+        raise ValueError(f"unsupported {label} schema_version {shown(document.get('schema_version'))} "
+                         f"(this code reads {version})")
+    return build_typed(tp, document, "report")
+
+
+def check_target_names(targets, specs) -> None:
+    """Targets distinct and among ``specs``' (a file from before a target existed lacks it; an
+    unknown or repeated one is not this program's)."""
+    names = [t.name for t in targets]
+    expected = [s.name for s in specs]
+    if len(set(names)) != len(names) or not set(names) <= set(expected):
+        raise ValueError(f"targets must be distinct names from {expected}, got {names}")
 
 
 def build_typed(tp, value, where: str):
@@ -522,11 +554,7 @@ def _check_semantics(report: BenchReport) -> None:
     for i, p in enumerate(report.memory):
         if p.status not in STATUSES:
             raise ValueError(f"memory[{i}].status: '{p.status}' not in {STATUSES}")
-    # A file from before a target existed lacks it; an unknown or repeated target is not ours.
-    names = [t.name for t in report.targets]
-    expected = [s.name for s in TARGET_SPECS]
-    if len(set(names)) != len(names) or not set(names) <= set(expected):
-        raise ValueError(f"targets must be distinct names from {expected}, got {names}")
+    check_target_names(report.targets, TARGET_SPECS)
 
 
 class BenchJsonError(InputError):
@@ -553,11 +581,10 @@ def parse_bench_json(data: bytes | str) -> BenchReport:
     """
     raw = data.encode() if isinstance(data, str) else bytes(data)
     try:
-        upload_bytes(raw, MAX_BENCH_JSON_BYTES, field="bench_json")
-        document = loads_json(raw, field="bench_json", max_depth=MAX_BENCH_JSON_DEPTH)
-        return _report_from_document(document)
-    except BenchJsonError:
-        raise
+        report = typed_document(raw, BenchReport, label="kernels.bench", schema=SCHEMA, version=SCHEMA_VERSION,
+                                field="bench_json", max_bytes=MAX_BENCH_JSON_BYTES, max_depth=MAX_BENCH_JSON_DEPTH)
+        _check_semantics(report)
+        return report
     except (InputError, ValueError) as exc:  # InputError carries the field; keep only its message
         raise BenchJsonError(getattr(exc, "message", str(exc))) from None
 
@@ -569,19 +596,3 @@ def read_bench_file(path: str | Path) -> BenchReport:
     except InputError as exc:
         raise BenchJsonError(exc.message) from None
     return parse_bench_json(raw)
-
-
-def _report_from_document(data: object) -> BenchReport:
-    if not isinstance(data, dict):
-        raise ValueError(f"not a kernels.bench result: top level is a {type(data).__name__}, not an object")
-    if data.get("schema") != SCHEMA:
-        raise ValueError(
-            f"not a kernels.bench result: schema is {shown(data.get('schema'))}, expected {SCHEMA!r}"
-        )
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(
-            f"unsupported kernels.bench schema_version {shown(data.get('schema_version'))} (this code reads {SCHEMA_VERSION})"
-        )
-    report = build_typed(BenchReport, data, "report")
-    _check_semantics(report)
-    return report

@@ -21,7 +21,8 @@ ensure_triton_backend()  # before the kernel modules: the interpreter is chosen 
 import torch  # noqa: E402
 
 from kernels.bench.contenders import (  # noqa: E402
-    DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs, variant_contender,
+    DECODE, DTYPES, PREFILL, SDPA_BACKENDS, DecodeContender, DecodeInputs, PrefillInputs, random_paged_tensors,
+    variant_contender,
 )
 from kernels.bench.variants import DECODE_VARIANTS  # noqa: E402
 from kernels.bench import peers  # noqa: E402
@@ -136,21 +137,11 @@ def prefill_shapes(config: SweepConfig) -> tuple[PrefillShape, ...]:
 
 def _decode_inputs(shape: DecodeShape, n_rot: int, seed: int) -> DecodeInputs:
     """Random KV in one pool, ``n_rot`` sets of queries and tables, and the fp32 reference."""
-    dev, dtype = torch.device("cuda"), DTYPES[shape.dtype]
-    b, L, hq, hkv, d, bs = (shape.batch, shape.context, shape.n_q_heads, shape.n_kv_heads,
-                            shape.head_dim, shape.block_size)
-    blocks_per_seq = cdiv(L, bs)
-    gen = torch.Generator(device=dev).manual_seed(seed)
-    num_blocks = n_rot * b * blocks_per_seq
-    k = torch.randn(num_blocks, hkv, bs, d, device=dev, dtype=dtype, generator=gen)
-    v = torch.randn(num_blocks, hkv, bs, d, device=dev, dtype=dtype, generator=gen)
-    # Every rotation's tables are a random slice of one permutation of the pool: blocks of a
-    # sequence are scattered, as an allocator serving many requests leaves them.
-    perm = torch.randperm(num_blocks, device=dev, generator=gen).to(torch.int32)
-    q = torch.randn(n_rot, b, hq, d, device=dev, dtype=dtype, generator=gen)
-    x = DecodeInputs(shape=shape, q=q, k=k, v=v, tables=perm.reshape(n_rot, b, blocks_per_seq),
-                     lens=torch.full((b,), L, dtype=torch.int32, device=dev), rot=Rotation(n_rot),
-                     check_rows=sorted({0, b - 1})[:ERR_CHECK_SEQS])
+    gen = torch.Generator(device=torch.device("cuda")).manual_seed(seed)
+    q, k, v, tables, lens = random_paged_tensors(shape.batch, shape.context, shape.n_q_heads, shape.n_kv_heads,
+                                                 shape.head_dim, shape.block_size, DTYPES[shape.dtype], n_rot, gen)
+    x = DecodeInputs(shape=shape, q=q, k=k, v=v, tables=tables, lens=lens, rot=Rotation(n_rot),
+                     check_rows=sorted({0, shape.batch - 1})[:ERR_CHECK_SEQS])
     x.ref = x.reference(k, v)
     return x
 

@@ -32,14 +32,16 @@ the depth limit; :class:`MultiGpuJsonError` names the offending field.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from inputs.errors import InputError, shown
-from inputs.uploads import loads_json, read_path_capped, upload_bytes
-from kernels.bench.records import DecodeShape, Provenance, Target, TargetSpec, build_typed, to_jsonable
+from inputs.uploads import read_path_capped
+from kernels.bench.records import (
+    DecodeShape, Provenance, Target, TargetSpec, check_target_names, typed_document, write_results_json,
+)
+from kernels.bench.records import report_to_json as bench_report_to_json
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "STATUSES", "TRANSFER_METHODS", "TARGET_SPECS", "PredictedTime", "Predictor",
            "Prediction", "MultiGpuProvenance", "TPStepResult", "AllReducePoint", "TransferResult", "MultiGpuReport",
@@ -269,14 +271,11 @@ def with_predictions(report: MultiGpuReport, predictor: Predictor | None) -> Mul
 
 def report_to_json(report: MultiGpuReport) -> str:
     """The report as strict JSON text (no NaN or infinity: a missing figure is null)."""
-    return json.dumps(to_jsonable(report), indent=1, allow_nan=False)
+    return bench_report_to_json(report)
 
 
 def write_report(report: MultiGpuReport, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report_to_json(report) + "\n")
-    return path
+    return write_results_json(report, path)
 
 
 class MultiGpuJsonError(InputError):
@@ -296,10 +295,7 @@ def _check_semantics(report: MultiGpuReport) -> None:
             raise ValueError(f"transfers[{i}].method: {shown(t.method)} not in {TRANSFER_METHODS}")
     if report.provenance.gpu_count < 0:
         raise ValueError(f"provenance.gpu_count must be >= 0, got {report.provenance.gpu_count}")
-    names = [t.name for t in report.targets]
-    expected = [s.name for s in TARGET_SPECS]
-    if len(set(names)) != len(names) or not set(names) <= set(expected):
-        raise ValueError(f"targets must be distinct names from {expected}, got {names}")
+    check_target_names(report.targets, TARGET_SPECS)
 
 
 def parse_report(data: bytes | str) -> MultiGpuReport:
@@ -313,17 +309,9 @@ def parse_report(data: bytes | str) -> MultiGpuReport:
     """
     raw = data.encode() if isinstance(data, str) else bytes(data)
     try:
-        upload_bytes(raw, MAX_JSON_BYTES, field="multi_gpu_json")
-        document = loads_json(raw, field="multi_gpu_json", max_depth=MAX_JSON_DEPTH)
-        if not isinstance(document, dict):
-            raise ValueError(f"not a kernels.multi_gpu result: top level is a {type(document).__name__}")
-        if document.get("schema") != SCHEMA:
-            raise ValueError(f"not a kernels.multi_gpu result: schema is {shown(document.get('schema'))}, "
-                             f"expected {SCHEMA!r}")
-        if document.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"unsupported kernels.multi_gpu schema_version {shown(document.get('schema_version'))} "
-                             f"(this code reads {SCHEMA_VERSION})")
-        report = build_typed(MultiGpuReport, document, "report")
+        report = typed_document(raw, MultiGpuReport, label="kernels.multi_gpu", schema=SCHEMA,
+                                version=SCHEMA_VERSION, field="multi_gpu_json", max_bytes=MAX_JSON_BYTES,
+                                max_depth=MAX_JSON_DEPTH)
         _check_semantics(report)
         return report
     except (InputError, ValueError) as exc:

@@ -28,11 +28,9 @@ from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, 
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
 from planner.bandwidth import choose_estimate
-from planner.cluster.launch import CONNECTORS, TRANSFER_BACKENDS, launch_settings, role_table
+from planner.cluster.launch import CONNECTORS, TRANSFER_BACKENDS, plan_record
 from planner.cluster.parallel import MAX_DP, ParallelLayout, routed_expert_params
-from planner.cluster.pareto import sweep
-from planner.cluster.pools import Comparison, compare
-from planner.cluster.replica import MAX_RATE, MAX_TARGET_S, ClusterSpec, Load, fitting_layout, term_record
+from planner.cluster.replica import MAX_RATE, MAX_TARGET_S, ClusterSpec, Load, fitting_layout
 from sizing import cli as sizer_cli
 from sizing.catalogue import CatalogueEntry, get_entry
 from sizing.checkpoints import Launchable, checkpoint_for
@@ -192,33 +190,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ttft_target_s=None if args.ttft_ms is None else args.ttft_ms / 1e3)
     prefill, decode = layout_from_args(args, "prefill", spec, load), layout_from_args(args, "decode", spec, load)
     aggregated = layout_from_args(args, "aggregated", spec, load)
-    comparison = compare(spec, load, prefill=prefill, decode=decode, aggregated=aggregated)
-    settings = launch_settings(spec, load, _launchable(args, model, entry, weight_precision.name),
-                               connector=args.connector, transfer_backend=args.transfer_backend)
-    record = comparison_record(spec, comparison, settings)
-    record["source_notes"] = list(notes)
-    if args.pareto:
-        record["pareto"] = sweep(spec, load).as_record()
-    return record
-
-
-def comparison_record(spec: ClusterSpec, comparison: Comparison, settings) -> dict[str, Any]:
-    """Both deployments, the ratios between them and each one's role table, as JSON-ready values."""
-    load, per_node = comparison.load, spec.gpus_per_node
-    return {
-        "model": spec.model.name, "gpu": spec.gpu.name, "link": spec.link.id, "nics": spec.nics,
-        "bandwidth_label": spec.estimate.label,
-        "load": {"rate_per_s": load.rate_per_s, "prompt_tokens": load.prompt_tokens,
-                 "output_tokens": load.output_tokens, "tpot_target_s": load.tpot_target_s,
-                 "ttft_target_s": load.ttft_target_s},
-        "disaggregated": comparison.disaggregated.as_record(per_node),
-        "aggregated": comparison.aggregated.as_record(per_node),
-        "comparison": [term_record(t) for t in comparison.terms],
-        "launch_note": settings.launchable.note,
-        "roles": {mode: [row.as_record() for row in role_table(deployment, settings, gpus_per_node=per_node)]
-                  for mode, deployment in (("disaggregated", comparison.disaggregated),
-                                           ("aggregated", comparison.aggregated))},
-    }
+    return plan_record(spec, load, prefill=prefill, decode=decode, aggregated=aggregated,
+                       launchable=_launchable(args, model, entry, weight_precision.name), connector=args.connector,
+                       transfer_backend=args.transfer_backend, notes=tuple(notes), pareto=args.pareto)
 
 
 def format_text(record: dict[str, Any]) -> str:

@@ -46,8 +46,9 @@ from typing import Any, Literal
 
 from inputs.errors import InputError
 from planner.cluster.parallel import ParallelLayout
-from planner.cluster.pools import Deployment, Pool, nodes
-from planner.cluster.replica import ClusterSpec, Load, Role, layout_record
+from planner.cluster.pareto import sweep
+from planner.cluster.pools import Comparison, Deployment, Pool, compare, nodes
+from planner.cluster.replica import ClusterSpec, Load, Role, layout_record, term_record
 from sizing.checkpoints import Launchable
 from sizing.engine.capacity import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, ENGINE_KV_DTYPES
 from sizing.engine.launch import LaunchPlan, sglang_command, sglang_mem_fraction, vllm_command
@@ -224,5 +225,40 @@ def role_table(deployment: Deployment, settings: LaunchSettings, *, gpus_per_nod
     return tuple(rows)
 
 
-__all__ = ["CONNECTORS", "TRANSFER_BACKENDS", "LaunchSettings", "RoleLaunch", "kv_transfer_config",
+def comparison_record(spec: ClusterSpec, comparison: Comparison, settings: LaunchSettings) -> dict[str, Any]:
+    """Both deployments, the ratios between them and each one's role table, as JSON-ready values."""
+    load, per_node = comparison.load, spec.gpus_per_node
+    return {
+        "model": spec.model.name, "gpu": spec.gpu.name, "link": spec.link.id, "nics": spec.nics,
+        "bandwidth_label": spec.estimate.label,
+        "load": {"rate_per_s": load.rate_per_s, "prompt_tokens": load.prompt_tokens,
+                 "output_tokens": load.output_tokens, "tpot_target_s": load.tpot_target_s,
+                 "ttft_target_s": load.ttft_target_s},
+        "disaggregated": comparison.disaggregated.as_record(per_node),
+        "aggregated": comparison.aggregated.as_record(per_node),
+        "comparison": [term_record(t) for t in comparison.terms],
+        "launch_note": settings.launchable.note,
+        "roles": {mode: [row.as_record() for row in role_table(deployment, settings, gpus_per_node=per_node)]
+                  for mode, deployment in (("disaggregated", comparison.disaggregated),
+                                           ("aggregated", comparison.aggregated))},
+    }
+
+
+def plan_record(spec: ClusterSpec, load: Load, *, prefill: ParallelLayout, decode: ParallelLayout,
+                aggregated: ParallelLayout | None, launchable: Launchable, connector: Connector = "nixl",
+                transfer_backend: TransferBackend = "nixl", notes: tuple[str, ...] = (),
+                pareto: bool = False) -> dict[str, Any]:
+    """The whole cluster plan as the CLI prints it and the page shows it: both deployments
+    (:func:`~planner.cluster.pools.compare`), their role tables and commands, the bandwidth
+    source's ``notes`` and, with ``pareto``, the layout sweep."""
+    comparison = compare(spec, load, prefill=prefill, decode=decode, aggregated=aggregated)
+    settings = launch_settings(spec, load, launchable, connector=connector, transfer_backend=transfer_backend)
+    record = comparison_record(spec, comparison, settings)
+    record["source_notes"] = list(notes)
+    if pareto:
+        record["pareto"] = sweep(spec, load).as_record()
+    return record
+
+
+__all__ = ["CONNECTORS", "TRANSFER_BACKENDS", "LaunchSettings", "RoleLaunch", "comparison_record", "plan_record", "kv_transfer_config",
            "launch_settings", "role_table", "sglang_role_command", "vllm_role_command"]

@@ -3,7 +3,7 @@
 A page holds what the user picked (catalogue ids, names, numbers); :func:`cluster_record` turns
 them into the library's :class:`~planner.cluster.replica.ClusterSpec`, :class:`Load` and
 layouts, and returns the record ``python -m planner cluster --json --pareto`` prints for the
-same choices (:func:`planner.cluster.cli.comparison_record`), so the page and the CLI show one
+same choices (:func:`planner.cluster.launch.plan_record`), so the page and the CLI show one
 computation. A layout field of 0 means "choose": a role given no TP gets the smallest layout
 that holds one of its sequences (:func:`~planner.cluster.replica.fitting_layout`).
 """
@@ -15,11 +15,8 @@ from typing import Any
 
 from hardware.gpus import get_gpu
 from planner.bandwidth import choose_estimate
-from planner.cluster.cli import comparison_record
-from planner.cluster.launch import launch_settings
+from planner.cluster.launch import plan_record
 from planner.cluster.parallel import ParallelLayout, routed_expert_params
-from planner.cluster.pareto import sweep
-from planner.cluster.pools import compare
 from planner.cluster.replica import ClusterSpec, Load, fitting_layout
 from sizing.checkpoints import checkpoint_for
 from sizing.precisions import get_precision
@@ -83,14 +80,8 @@ def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[st
     load = Load(rate_per_s=inputs.rate, prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,
                 tpot_target_s=inputs.tpot_ms / 1e3 if inputs.tpot_ms else None,
                 ttft_target_s=inputs.ttft_ms / 1e3 if inputs.ttft_ms else None)
-    prefill = _layout(spec, load, "prefill", inputs.prefill)
-    decode = _layout(spec, load, "decode", inputs.decode)
-    comparison = compare(spec, load, prefill=prefill, decode=decode)
     launchable = checkpoint_for(repo=entry.repo, own_format=model.weight_format, weight_format=weights.name,
                                 preset_id=entry.id)
-    settings = launch_settings(spec, load, launchable, connector=inputs.connector)
-    record = comparison_record(spec, comparison, settings)
-    record["source_notes"] = list(notes)
-    if pareto:
-        record["pareto"] = sweep(spec, load).as_record()
-    return record
+    return plan_record(spec, load, prefill=_layout(spec, load, "prefill", inputs.prefill),
+                       decode=_layout(spec, load, "decode", inputs.decode), aggregated=None, launchable=launchable,
+                       connector=inputs.connector, notes=tuple(notes), pareto=pareto)

@@ -27,7 +27,7 @@ from support.paths import FIXTURES, ROOT
 RUNS = json.loads((FIXTURES / "serving_runs.json").read_text())["runs"]
 DOC = ROOT / "docs" / "planner" / "VALIDATION.md"
 KV_BYTES = {"bf16": 2.0, "fp8": 1.0}
-# What the model reaches on these runs (the goal is 0.10 and 0.30).
+# What the model reaches on these runs (the aim: a median of 0.10 and none above 0.30).
 MEDIAN_TPOT_ERROR = 0.09
 MAX_TPOT_ERROR = 0.65
 # The runs the model does not explain (|TPOT error| > 30 %), each discussed in VALIDATION.md.
