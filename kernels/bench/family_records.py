@@ -32,11 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inputs.errors import InputError, shown
-from inputs.uploads import read_path_capped
 from kernels.bench.record_ranges import check_ranges
-from kernels.bench.records import (
-    STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec, check_target_names, report_to_json,
-    typed_document, write_results_json,
+from kernels.bench.records import STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec
+from kernels.bench.results_json import (
+    check_target_names, parse_results, read_results_file, report_to_json, write_results_json,
 )
 
 __all__ = [
@@ -246,20 +245,12 @@ def parse_families_json(data: bytes | str) -> FamiliesReport:
         schema or version, or has a missing, extra, mistyped or out-of-range field (the message
         names its path).
     """
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    try:
-        report = typed_document(raw, FamiliesReport, label="families", schema=SCHEMA, version=SCHEMA_VERSION,
-                                field="families_json", max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH)
-        _check_semantics(report)
-        return report
-    except (InputError, ValueError) as exc:  # InputError carries the field; keep only its message
-        raise FamiliesJsonError(getattr(exc, "message", str(exc))) from None
+    return parse_results(data, FamiliesReport, error=FamiliesJsonError, check=_check_semantics, label="families",
+                         schema=SCHEMA, version=SCHEMA_VERSION, field="families_json", max_bytes=MAX_JSON_BYTES,
+                         max_depth=MAX_JSON_DEPTH)
 
 
 def read_families_file(path: str | Path) -> FamiliesReport:
     """The families results file at ``path``, read under the size cap."""
-    try:
-        raw = read_path_capped(str(path), MAX_JSON_BYTES, field="families_json")
-    except InputError as exc:
-        raise FamiliesJsonError(exc.message) from None
-    return parse_families_json(raw)
+    return read_results_file(path, parse_families_json, error=FamiliesJsonError, max_bytes=MAX_JSON_BYTES,
+                             field="families_json")

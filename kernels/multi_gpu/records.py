@@ -37,11 +37,9 @@ from pathlib import Path
 from typing import Protocol
 
 from inputs.errors import InputError, shown
-from inputs.uploads import read_path_capped
-from kernels.bench.records import (
-    DecodeShape, Provenance, Target, TargetSpec, check_target_names, typed_document, write_results_json,
-)
-from kernels.bench.records import report_to_json as bench_report_to_json
+from kernels.bench.records import DecodeShape, Provenance, Target, TargetSpec
+from kernels.bench.results_json import check_target_names, parse_results, read_results_file, write_results_json
+from kernels.bench.results_json import report_to_json as generic_report_to_json
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "STATUSES", "TRANSFER_METHODS", "TARGET_SPECS", "PredictedTime", "Predictor",
            "Prediction", "MultiGpuProvenance", "TPStepResult", "AllReducePoint", "TransferResult", "MultiGpuReport",
@@ -271,7 +269,7 @@ def with_predictions(report: MultiGpuReport, predictor: Predictor | None) -> Mul
 
 def report_to_json(report: MultiGpuReport) -> str:
     """The report as strict JSON text (no NaN or infinity: a missing figure is null)."""
-    return bench_report_to_json(report)
+    return generic_report_to_json(report)
 
 
 def write_report(report: MultiGpuReport, path: str | Path) -> Path:
@@ -307,21 +305,12 @@ def parse_report(data: bytes | str) -> MultiGpuReport:
         When the content is too large or deep, not JSON, another schema or version, or has a
         missing, extra or mistyped field (the message names its path).
     """
-    raw = data.encode() if isinstance(data, str) else bytes(data)
-    try:
-        report = typed_document(raw, MultiGpuReport, label="kernels.multi_gpu", schema=SCHEMA,
-                                version=SCHEMA_VERSION, field="multi_gpu_json", max_bytes=MAX_JSON_BYTES,
-                                max_depth=MAX_JSON_DEPTH)
-        _check_semantics(report)
-        return report
-    except (InputError, ValueError) as exc:
-        raise MultiGpuJsonError(getattr(exc, "message", str(exc))) from None
+    return parse_results(data, MultiGpuReport, error=MultiGpuJsonError, check=_check_semantics,
+                         label="kernels.multi_gpu", schema=SCHEMA, version=SCHEMA_VERSION, field="multi_gpu_json",
+                         max_bytes=MAX_JSON_BYTES, max_depth=MAX_JSON_DEPTH)
 
 
 def read_report(path: str | Path) -> MultiGpuReport:
     """The results file at ``path``, read under the size cap."""
-    try:
-        raw = read_path_capped(str(path), MAX_JSON_BYTES, field="multi_gpu_json")
-    except InputError as exc:
-        raise MultiGpuJsonError(exc.message) from None
-    return parse_report(raw)
+    return read_results_file(path, parse_report, error=MultiGpuJsonError, max_bytes=MAX_JSON_BYTES,
+                             field="multi_gpu_json")
