@@ -23,6 +23,8 @@ from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, 
 from inputs.errors import InputError, shown
 from kernels.bench.families import FamilyConfig, family_config, format_families, run_families
 from kernels.bench.family_records import write_families_json
+from kernels.bench.mla_family import MlaRunConfig, format_mla, run_mla
+from kernels.bench.mla_records import write_mla_json
 from kernels.bench.records import write_bench_json
 from kernels.bench.text_report import format_report
 from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
@@ -125,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the attention-families section instead: sliding windows and sinks against full "
                         "attention (takes --batch, --context, --window, --heads, --block-size, --rep-ms, --eager, "
                         "--no-fp8, --quick)")
+    p.add_argument("--mla", action="store_true",
+                   help="run the MLA decode section instead: DeepSeek-V3's latent (512 + 64), 128 and 16 heads, "
+                        "against the ceilings and SGLang's Triton MLA decode (its source: scripts/peer_sources.sh)")
     p.add_argument("--window", type=token_list(WINDOW),
                    help=f"--families: sliding windows, e.g. 128,1k,4k (each {help_range(WINDOW)}, under every context)")
     return p
@@ -160,6 +165,8 @@ def _run(argv: list[str]) -> int:
         return 0
     if args.window and not args.families:
         raise UsageError("argument --window: goes with --families")
+    if args.mla and (args.families or args.window):
+        raise UsageError("argument --mla: runs its own section; leave out --families and --window")
     families = _families_config(args) if args.families else None  # a bad window is refused before the GPU check
     if not torch.cuda.is_available():
         print("kernels.bench: no CUDA GPU here; the benchmark needs one (tests run the kernels "
@@ -170,6 +177,12 @@ def _run(argv: list[str]) -> int:
     def show(ev: ProgressEvent) -> None:
         print(f"[{ev.done}/{ev.total}] {ev.message}", file=sys.stderr, flush=True)
 
+    if args.mla:
+        mla = run_mla(MlaRunConfig(peers=not args.no_peers), progress=show, command=command)
+        print(format_mla(mla))
+        if args.json:
+            print(f"\nwrote {write_mla_json(mla, args.json)}")
+        return 0
     if families is not None:
         fam = run_families(families, progress=show, command=command)
         print(format_families(fam))

@@ -16,10 +16,16 @@ import torch
 from units import cdiv
 
 __all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "MAX_SPLITS", "FP8_DTYPE",
+           "FULL_MIN_TILES", "WINDOW_MIN_TILES",
            "MERGE_MODES"]
 
 FP8_DTYPE = torch.float8_e4m3fn
 MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
+# Fewest key tiles per split (default_num_splits): full attention's merge costs more than a split
+# of fewer tiles saves; a window's keys are few, and at batch 1 two splits of a 1,024-token window
+# left 16 programs on 132 SMs (14.8 us on the H200, slower than the 8K-token full call's 11.1 us).
+FULL_MIN_TILES = 4
+WINDOW_MIN_TILES = 1
 # Where split-KV partials are merged: "kernel", a second (tiny) kernel; "inline", inside the split
 # kernel by the last split program of each (sequence, KV head) to finish (an atomic ticket);
 # "auto", inline when called eagerly and, inside a CUDA graph, for few splits (the kernel for many;
@@ -101,13 +107,13 @@ def single_wave_splits(batch: int, n_kv_heads: int, max_len: int, block_n: int, 
     32K 8 splits 1.76x, one full wave 1.71x, two 1.61x): its warps reach the bandwidth with fewer
     programs, and every split adds a partial to write and merge.
     """
-    cap = max(1, min(cdiv(max_len, block_n) // 4, MAX_SPLITS))
+    cap = max(1, min(cdiv(max_len, block_n) // FULL_MIN_TILES, MAX_SPLITS))
     return max(1, min(cap, per_sm * sm_count // (batch * n_kv_heads)))
 
 
 def default_num_splits(
     batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2,
-    resident: int = 2,
+    resident: int = 2, min_tiles: int = FULL_MIN_TILES,
 ) -> int:
     """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
 
@@ -118,8 +124,9 @@ def default_num_splits(
     0.370 ms with 9 (576, 1.09 waves); the FP8 kernel (3 resident) at batch 8 ran 0.199 ms with
     6 splits (384 programs, 0.97 of a wave) and 0.245 with 8 (1.29 waves). So aim for ``waves``
     whole waves (or the other of one and two, when that fills its last wave better), round the
-    split count to the neighbour that wastes less of the last wave, keep at least 4 tiles per
-    split, and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
+    split count to the neighbour that wastes less of the last wave, keep at least ``min_tiles``
+    tiles per split (4 for full attention, whose merge would otherwise cost more than the split
+    saves; a window's few tiles are better spread one per split than left on a few SMs), and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
     choices, the configured number of waves wins, then more splits for one wave and fewer for
     two: a third, nearly empty wave cost up to 40 % on the H200.
     """
@@ -127,7 +134,7 @@ def default_num_splits(
     slots = resident * sm_count  # programs resident at once
     if programs >= waves * slots:
         return 1
-    cap = max(1, min(cdiv(max_len, block_n) // 4, MAX_SPLITS))
+    cap = max(1, min(cdiv(max_len, block_n) // min_tiles, MAX_SPLITS))
 
     def candidates(w: int) -> set[int]:
         ideal = w * slots / programs

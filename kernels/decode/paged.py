@@ -96,7 +96,9 @@ from kernels.decode.checks import (  # noqa: E402
     check_strides,
     check_values,
 )
-from kernels.decode.config import FP8_DTYPE, DecodeConfig, default_config, default_num_splits  # noqa: E402
+from kernels.decode.config import (  # noqa: E402
+    FP8_DTYPE, FULL_MIN_TILES, WINDOW_MIN_TILES, DecodeConfig, default_config, default_num_splits,
+)
 from kernels.decode.direct_launch import DirectLauncher  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode.launch import (  # noqa: E402
@@ -404,7 +406,8 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
         return planned_split((key, config, inline, variant), batch, n_kv_heads, max_len, q.device, num_splits,
                              config.block_n, config.waves, lambda trial: _paged_decode_kernel.warmup(
                                  *args(trial, inline).values(), grid=trial.grid,
-                                 **_constexprs(key, config, True, inline, variant)))[0]
+                                 **_constexprs(key, config, True, inline, variant)),
+                             min_tiles=FULL_MIN_TILES if span.kind == "full" else WINDOW_MIN_TILES)[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
     return plan, args(plan, inline), _constexprs(key, config, plan.split, inline, variant), out
