@@ -134,7 +134,10 @@ def default_num_splits(
     slots = resident * sm_count  # programs resident at once
     if programs >= waves * slots:
         return 1
-    cap = max(1, min(cdiv(max_len, block_n) // min_tiles, MAX_SPLITS))
+    tiles = cdiv(max_len, block_n)
+    # Two tiles or fewer (a short window and its ragged first tile) stay whole: at batch 1 on the
+    # H200 a 128-token FP8 window cut in two ran 7.0 us against 5.3 us whole.
+    cap = 1 if tiles <= 2 else max(1, min(tiles // min_tiles, MAX_SPLITS))
 
     def candidates(w: int) -> set[int]:
         ideal = w * slots / programs

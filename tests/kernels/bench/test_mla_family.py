@@ -48,13 +48,15 @@ def report(sglang):
 
 def test_sglang_peer_reads_our_pool_as_the_reference_does(sglang):
     # DeepSeek-V3's latent (its kernel's 512 + 64 split), ragged lengths over a shuffled table,
-    # pages of 16; float32 values, as the interpreter computes bf16 wrongly.
-    gen = torch.Generator().manual_seed(3)
-    cache = build_mla_cache([37, 80], block_size=16, dtype=torch.float32, shuffle=True, generator=gen)
-    q_lat, q_pe = torch.randn(1, 2, 16, 512, generator=gen), torch.randn(1, 2, 16, 64, generator=gen)
+    # pages of 16; float32 values under the interpreter (its bf16 is wrong), bf16 on a GPU.
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    dtype, atol = (torch.bfloat16, 2e-2) if DEVICE == "cuda" else (torch.float32, 1e-4)
+    cache = build_mla_cache([37, 80], block_size=16, dtype=dtype, device=DEVICE, shuffle=True, generator=gen)
+    q_lat = torch.randn(1, 2, 16, 512, generator=gen, device=DEVICE).to(dtype)
+    q_pe = torch.randn(1, 2, 16, 64, generator=gen, device=DEVICE).to(dtype)
     out = sglang_mla_call(sglang, q_lat, q_pe, cache, sm_scale=SM_SCALE, kv_splits=2)(0)
     ref = mla_decode_reference(q_lat[0], q_pe[0], cache, sm_scale=SM_SCALE)
-    assert out.shape == (2, 16, 512) and float((out - ref).abs().max()) < 1e-4
+    assert out.shape == (2, 16, 512) and float((out.float() - ref).abs().max()) < atol
     with pytest.raises(ValueError, match="kv_splits"):
         sglang_mla_call(sglang, q_lat, q_pe, cache, sm_scale=SM_SCALE, kv_splits=0)
 

@@ -317,6 +317,7 @@ def test_default_num_splits_fills_the_gpu():
     # each; one tile a split gives 9 splits, 72 programs instead of 16 on 132 SMs.
     assert default_num_splits(1, 8, 1024 + 128, 128, 132) == 2
     assert default_num_splits(1, 8, 1024 + 128, 128, 132, min_tiles=1) == 9
+    assert default_num_splits(1, 8, 128 + 128, 128, 132, min_tiles=1) == 1  # two tiles stay whole
     assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
     # One wave of 264; equally full waves tie toward more splits.
     assert default_num_splits(8, 8, 32768, 128, 132, waves=1) == 4  # 256 programs (5 would make 1.2 waves)
