@@ -22,10 +22,12 @@ __all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "
 FP8_DTYPE = torch.float8_e4m3fn
 MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
 # Fewest key tiles per split (default_num_splits): full attention's merge costs more than a split
-# of fewer tiles saves; a window's keys are few, and at batch 1 two splits of a 1,024-token window
-# left 16 programs on 132 SMs (14.8 us on the H200, slower than the 8K-token full call's 11.1 us).
+# of fewer tiles saves. A window's keys are few: on the H200 at batch 1, two splits of a 1,024-token
+# FP8 window (four tiles each) left 16 programs on 132 SMs and took 14.8 us, nine took 7.8 us; but
+# one tile a split also cut 128-token windows (two or three tiles with the ragged first one) and
+# cost 17 % at batch 32 and 32 % at batch 1, so a window's split holds two tiles at least.
 FULL_MIN_TILES = 4
-WINDOW_MIN_TILES = 1
+WINDOW_MIN_TILES = 2
 # Where split-KV partials are merged: "kernel", a second (tiny) kernel; "inline", inside the split
 # kernel by the last split program of each (sequence, KV head) to finish (an atomic ticket);
 # "auto", inline when called eagerly and, inside a CUDA graph, for few splits (the kernel for many;
@@ -134,10 +136,7 @@ def default_num_splits(
     slots = resident * sm_count  # programs resident at once
     if programs >= waves * slots:
         return 1
-    tiles = cdiv(max_len, block_n)
-    # Two tiles or fewer (a short window and its ragged first tile) stay whole: at batch 1 on the
-    # H200 a 128-token FP8 window cut in two ran 7.0 us against 5.3 us whole.
-    cap = 1 if tiles <= 2 else max(1, min(tiles // min_tiles, MAX_SPLITS))
+    cap = max(1, min(cdiv(max_len, block_n) // min_tiles, MAX_SPLITS))
 
     def candidates(w: int) -> set[int]:
         ideal = w * slots / programs
