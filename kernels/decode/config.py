@@ -16,18 +16,19 @@ import torch
 from units import cdiv
 
 __all__ = ["DecodeConfig", "default_config", "default_num_splits", "sm_count", "MAX_SPLITS", "FP8_DTYPE",
-           "FULL_MIN_TILES", "WINDOW_MIN_TILES",
+           "FULL_MIN_TILES", "WINDOW_MIN_TILES", "WINDOW_WHOLE_TILES",
            "MERGE_MODES"]
 
 FP8_DTYPE = torch.float8_e4m3fn
 MAX_SPLITS = 128  # the merge holds [SPLITS_PAD, HEAD_DIM] fp32 in registers
 # Fewest key tiles per split (default_num_splits): full attention's merge costs more than a split
-# of fewer tiles saves. A window's keys are few: on the H200 at batch 1, two splits of a 1,024-token
-# FP8 window (four tiles each) left 16 programs on 132 SMs and took 14.8 us, nine took 7.8 us; but
-# one tile a split also cut 128-token windows (two or three tiles with the ragged first one) and
-# cost 17 % at batch 32 and 32 % at batch 1, so a window's split holds two tiles at least.
+# of fewer tiles saves. A window's keys are few: on the H200 at batch 1 a 1,024-token FP8 window
+# (9 tiles with its ragged first one) took 14.8 us in 2 splits, 10.5 us in 4 (two tiles each) and
+# 7.8 us in 9 (one each); but cutting a 128-token window (2 or 3 tiles) cost 17 % at batch 32 and
+# 32 % at batch 1, so a window of at most WINDOW_WHOLE_TILES tiles stays whole.
 FULL_MIN_TILES = 4
-WINDOW_MIN_TILES = 2
+WINDOW_MIN_TILES = 1
+WINDOW_WHOLE_TILES = 3
 # Where split-KV partials are merged: "kernel", a second (tiny) kernel; "inline", inside the split
 # kernel by the last split program of each (sequence, KV head) to finish (an atomic ticket);
 # "auto", inline when called eagerly and, inside a CUDA graph, for few splits (the kernel for many;

@@ -314,10 +314,9 @@ def test_default_num_splits_fills_the_gpu():
     assert default_num_splits(128, 8, 32768, 64, 132) == 1
     assert default_num_splits(1, 8, 64, 64, 132) == 1  # one tile: nothing to split
     # A 1,024-token window (+ one ragged tile) in 128-token tiles: 9 tiles, 2 splits at 4 tiles
-    # each; two tiles a split give 4 splits, 32 programs instead of 16 on 132 SMs.
+    # each; one tile a split gives 9 splits, 72 programs instead of 16 on 132 SMs.
     assert default_num_splits(1, 8, 1024 + 128, 128, 132) == 2
-    assert default_num_splits(1, 8, 1024 + 128, 128, 132, min_tiles=2) == 4
-    assert default_num_splits(32, 8, 128 + 64, 64, 132, min_tiles=2) == 1  # 3 tiles of a 128 window: whole
+    assert default_num_splits(1, 8, 1024 + 128, 128, 132, min_tiles=1) == 9
     assert default_num_splits(1, 1, 1 << 20, 64, 132) == 128  # capped at MAX_SPLITS
     # One wave of 264; equally full waves tie toward more splits.
     assert default_num_splits(8, 8, 32768, 128, 132, waves=1) == 4  # 256 programs (5 would make 1.2 waves)

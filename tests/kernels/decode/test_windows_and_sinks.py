@@ -190,12 +190,15 @@ def test_a_window_plans_its_splits_for_the_keys_it_sees():
     cfg = default_config(64, torch.bfloat16)
     plan = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sliding_window=128)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 4
+    # 192 keys at most: 3 tiles of 64, a window short enough to stay whole.
+    assert cfg.block_n == 64 and plan.num_splits == 1
+    longer = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sliding_window=1024)
     if not ON_GPU:  # on a GPU the residency comes from the compiled kernel
-        # 192 keys at most: 3 tiles of 64, two at least a split, so the window stays whole.
-        assert plan.num_splits == default_num_splits(1, 2, 128 + cfg.block_n, cfg.block_n, sms, cfg.waves, 2,
-                                                     min_tiles=2) == 1
+        # 1,088 keys at most: 17 tiles, one a split at most.
+        assert longer.num_splits == default_num_splits(1, 2, 1024 + cfg.block_n, cfg.block_n, sms, cfg.waves, 2,
+                                                       min_tiles=1) > 1
     full = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
-    assert plan.num_splits < full.num_splits
+    assert plan.num_splits < longer.num_splits <= full.num_splits
 
 
 def test_windows_and_sinks_refuse_what_cannot_run_them():
