@@ -217,3 +217,18 @@ def test_compare_puts_the_step_model_beside_the_row():
     # Batch 1 reads every weight once: 8.03e9 parameters × 2 B ÷ 4.8 TB/s = 3.35 ms at the
     # datasheet bandwidth, so no honest model predicts less.
     assert got[0].predicted_ms > 3.35
+
+
+def test_the_shipped_h200_anchor_reads_back_with_every_row_measured():
+    from pathlib import Path
+
+    from planner.anchor import compare, read_anchor_file
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "planner"
+    (path,) = sorted(folder.glob("serving-anchor-h200-*.json"))
+    shipped = read_anchor_file(path)
+    assert shipped.provenance.device.startswith("NVIDIA H200")
+    rows = compare(shipped.rows)
+    assert len(rows) == len(shipped.rows) == 45
+    # Scaled rows are exactly those that timed fewer layers than the model has.
+    assert sum(r.scaled for r in rows) == sum(x.layers_timed < x.layers_total for x in shipped.rows)

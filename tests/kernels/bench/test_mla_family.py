@@ -123,3 +123,15 @@ def test_cli_refuses_mla_with_the_families_options(capsys):
 def test_config_bounds():
     with pytest.raises(Exception, match="heads"):
         dataclasses.replace(TOY, heads=(0,))
+
+
+def test_the_shipped_h200_run_reads_back_and_its_targets_are_its_figures():
+    (path,) = sorted((ROOT / "benchmarks" / "results" / "mla").glob("mla-h200-*.json"))
+    shipped = read_mla_file(path)
+    assert shipped.provenance.device.startswith("NVIDIA H200") and shipped.provenance.commit
+    assert compute_mla_targets(shipped.results, shipped.ceilings) == shipped.targets
+    # Every output was held to its tolerance, and the peer ran wherever the pool was bf16.
+    for r in shipped.results:
+        mla = r.get("mla")
+        assert mla.status == "ok" and mla.max_abs_err <= r.atol
+        assert (r.get("sglang_triton_8").status == "ok") == (r.shape.kv == "bf16")
