@@ -259,7 +259,7 @@ def _attention_groups(shape: ModelShape, tp: int, kv_bytes: float) -> tuple[Atte
         else:
             groups.append(AttentionGroup(kind=group.kind, count=group.count, window=None, kv_bytes_per_token=0.0,
                                          flops_per_context_token=0.0, prefill_flops_per_pair=0.0,
-                                         state_bytes=group.state_values_per_sequence * group.state_dtype_bytes))
+                                         state_bytes=group.state_bytes_per_sequence))
     return tuple(groups)
 
 

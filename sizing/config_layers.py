@@ -21,7 +21,10 @@ Recurrent state sizes follow vLLM's ``MambaStateShapeCalculator``: Mamba2 conv
 ``(inner + 2·groups·state) × (kernel − 1)`` plus SSM ``heads × head_dim × state``; Mamba1 conv
 ``inner × (kernel − 1)`` plus ``inner × state``; gated delta net conv
 ``(2·key_dim + value_dim) × (kernel − 1)`` plus ``v_heads × k_dim × v_dim``. The state is
-kept in the model's dtype (``torch_dtype``), as vLLM's ``mamba_cache_dtype="auto"`` does.
+kept in the model's dtype (``torch_dtype``), as vLLM's ``mamba_cache_dtype="auto"`` does; a
+gated delta net's recurrent state is kept in ``mamba_ssm_dtype`` when the config names one
+(Qwen3.5 / 3.6: float32), which vLLM copies into ``mamba_ssm_cache_dtype`` while that is
+``auto`` (``vllm/model_executor/models/config.py``).
 """
 
 from __future__ import annotations
@@ -97,6 +100,17 @@ def state_dtype_bytes(cfg: Mapping[str, Any]) -> int:
     return _DTYPE_BYTES[dtype.removeprefix("torch.")]
 
 
+def recurrent_state_dtype_bytes(cfg: Mapping[str, Any]) -> int | None:
+    """Bytes per recurrent-state value from ``mamba_ssm_dtype``; None when absent or ``auto``
+    (the state then keeps the convolution state's dtype)."""
+    dtype = cfg.get("mamba_ssm_dtype")
+    if dtype is None or dtype == "auto":
+        return None
+    if not isinstance(dtype, str) or dtype.removeprefix("torch.") not in _DTYPE_BYTES:
+        raise ConfigError("mamba_ssm_dtype", f"unknown dtype {dtype!r:.40}; use one of {', '.join(_DTYPE_BYTES)}")
+    return _DTYPE_BYTES[dtype.removeprefix("torch.")]
+
+
 def _mamba_state(cfg: Mapping[str, Any], hidden: int, model_type: str) -> RecurrentState:
     dtype = state_dtype_bytes(cfg)
     if model_type == "jamba":  # Mamba1: inner channels, each with its own SSM state
@@ -120,7 +134,8 @@ def _linear_state(cfg: Mapping[str, Any]) -> RecurrentState:
     v_dim = get_int(cfg, ("linear_value_head_dim",), high=MAX_COUNT)
     return RecurrentState(kind=LayerKind.LINEAR, conv_kernel=get_int(cfg, ("linear_conv_kernel_dim",), default=4, high=64),
                           conv_channels=2 * k_heads * k_dim + v_heads * v_dim, heads=v_heads,
-                          state_per_head=k_dim * v_dim, dtype_bytes=state_dtype_bytes(cfg))
+                          state_per_head=k_dim * v_dim, dtype_bytes=state_dtype_bytes(cfg),
+                          recurrent_dtype_bytes=recurrent_state_dtype_bytes(cfg))
 
 
 def _explicit_kinds(cfg: Mapping[str, Any], layers: int, model_type: str) -> tuple[LayerKind | None, ...] | None:

@@ -79,8 +79,7 @@ class KVCacheSpec:
     @cached_property
     def state_bytes_per_sequence_per_gpu(self) -> int:
         """Recurrent-state bytes of one sequence on one TP rank (heads split over the ranks)."""
-        state = self.model.state
-        return self.model.state_values_per_sequence_per_gpu(self.tp) * state.dtype_bytes if state else 0
+        return self.model.state_bytes_per_sequence_per_gpu(self.tp)
 
     @property
     def bytes_per_token_all_gpus(self) -> Fraction:
@@ -262,13 +261,12 @@ class LayerKindRow:
 
 
 def layer_kind_rows(model: ModelShape, precision: Precision, *, tp: int, context: int) -> tuple[LayerKindRow, ...]:
-    """Bytes of each layer group: KV values × bytes per value (scales included), state values ×
-    the state's dtype bytes, at TP 1 and at ``tp``."""
+    """Bytes of each layer group: KV values × bytes per value (scales included), state values
+    in their tensors' dtypes, at TP 1 and at ``tp``."""
     rows = []
     for whole, local in zip(model.layer_groups(1), model.layer_groups(tp), strict=True):
         per_value = precision.bytes_per_value
-        state = whole.count * whole.state_values_per_sequence * whole.state_dtype_bytes
-        state_gpu = local.count * local.state_values_per_sequence * local.state_dtype_bytes
+        state, state_gpu = whole.state_bytes, local.state_bytes
         rows.append(LayerKindRow(
             kind=str(whole.kind), count=whole.count, window=whole.window,
             bytes_per_token=whole.count * whole.kv_values_per_token * per_value,

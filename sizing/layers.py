@@ -43,6 +43,8 @@ class LayerKind(StrEnum):
 ATTENTION_KINDS = frozenset({LayerKind.FULL, LayerKind.SLIDING, LayerKind.CHUNKED, LayerKind.MLA})
 STATE_KINDS = frozenset({LayerKind.MAMBA, LayerKind.LINEAR})
 WINDOWED_KINDS = frozenset({LayerKind.SLIDING, LayerKind.CHUNKED})
+STATE_VALUE_BYTES = (1, 2, 4)  # fp8, bf16 / fp16, fp32
+MAX_SPECULATIVE_TOKENS = 64  # draft tokens per step; vLLM's MTP / EAGLE runs use a handful
 
 
 def _count(field: str, value: object, *, low: int = 0) -> int:
@@ -70,8 +72,9 @@ class LayerGroup:
     state_values_per_sequence : int
         Convolution + recurrent state values one layer holds per sequence on one GPU; 0 for
         attention kinds.
-    state_dtype_bytes : int
-        Bytes per state value (2 for bf16, 4 for fp32); 0 for attention kinds.
+    state_bytes_per_sequence : int
+        Bytes of those values, each tensor in its own dtype
+        (:meth:`RecurrentState.bytes_per_gpu`); 0 for attention kinds.
     """
 
     kind: LayerKind
@@ -79,7 +82,7 @@ class LayerGroup:
     window: int | None = None
     kv_values_per_token: int = 0
     state_values_per_sequence: int = 0
-    state_dtype_bytes: int = 0
+    state_bytes_per_sequence: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LayerKind(self.kind))
@@ -95,13 +98,13 @@ class LayerGroup:
             raise SizingError("window", f"{self.kind} layers have no window")
         _count("kv_values_per_token", self.kv_values_per_token)
         _count("state_values_per_sequence", self.state_values_per_sequence)
-        _count("state_dtype_bytes", self.state_dtype_bytes)
+        _count("state_bytes_per_sequence", self.state_bytes_per_sequence)
         if self.kind in STATE_KINDS:
             if self.kv_values_per_token:
                 raise SizingError("kv_values_per_token", f"{self.kind} layers cache no per-token KV")
-            if not self.state_values_per_sequence or not self.state_dtype_bytes:
-                raise SizingError("state_values_per_sequence", f"{self.kind} layers need a state and its dtype")
-        elif self.state_values_per_sequence or self.state_dtype_bytes:
+            if not self.state_values_per_sequence or not self.state_bytes_per_sequence:
+                raise SizingError("state_values_per_sequence", f"{self.kind} layers need a state and its bytes")
+        elif self.state_values_per_sequence or self.state_bytes_per_sequence:
             raise SizingError("state_values_per_sequence", f"{self.kind} layers hold no recurrent state")
 
     @property
@@ -137,6 +140,11 @@ class LayerGroup:
         return self.count * self.state_values_per_sequence
 
     @property
+    def state_bytes(self) -> int:
+        """State bytes the whole group holds on one GPU per sequence."""
+        return self.count * self.state_bytes_per_sequence
+
+    @property
     def label(self) -> str:
         """``"22 × sliding_window(512)"``, ``"40 × full"``."""
         window = f"({self.window:,})" if self.window is not None else ""
@@ -152,6 +160,14 @@ class RecurrentState:
     ``state_per_head`` values per head. Under tensor parallelism both are split by heads and
     channels; Mamba2's B/C groups, when fewer than the ranks, are replicated so that each rank
     holds one group.
+
+    Each tensor has its own dtype (``MambaStateDtypeCalculator`` in vLLM's
+    ``model_executor/layers/mamba/mamba_utils.py``): the convolution state in
+    ``mamba_cache_dtype`` (``auto``: the model dtype), the recurrent state in
+    ``mamba_ssm_cache_dtype`` (``auto``: the convolution state's), which Qwen3.5-family configs
+    set through ``mamba_ssm_dtype`` (float32). With speculative decoding the convolution state of
+    a gated delta net or Mamba2 layer keeps ``num_speculative_tokens`` more inputs
+    (``MambaStateShapeCalculator``: ``conv_kernel − 1 + num_spec``).
 
     Attributes
     ----------
@@ -173,7 +189,10 @@ class RecurrentState:
         Recurrent values per head (Mamba2 ``head_dim × state_size``; gated delta net
         ``head_k_dim × head_v_dim``; Mamba1 ``state_size``).
     dtype_bytes : int
-        Bytes per state value (the model dtype, as vLLM's ``mamba_cache_dtype="auto"``).
+        Bytes per convolution-state value (the model dtype, as vLLM's ``mamba_cache_dtype="auto"``),
+        and per recurrent-state value unless ``recurrent_dtype_bytes`` says otherwise.
+    recurrent_dtype_bytes : int or None
+        Bytes per recurrent-state value (vLLM's ``mamba_ssm_cache_dtype``); None: ``dtype_bytes``.
     """
 
     kind: LayerKind
@@ -184,6 +203,7 @@ class RecurrentState:
     groups: int = 0
     group_channels: int = 0
     dtype_bytes: int = 2
+    recurrent_dtype_bytes: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", LayerKind(self.kind))
@@ -195,8 +215,17 @@ class RecurrentState:
         _count("state_per_head", self.state_per_head, low=1)
         _count("groups", self.groups)
         _count("group_channels", self.group_channels)
-        if self.dtype_bytes not in (1, 2, 4):
-            raise SizingError("state_dtype", f"bytes per state value must be 1, 2 or 4, got {self.dtype_bytes!r}")
+        if isinstance(self.dtype_bytes, bool) or self.dtype_bytes not in STATE_VALUE_BYTES:
+            raise SizingError("state_dtype", f"bytes per state value must be 1, 2 or 4, got {self.dtype_bytes!r:.40}")
+        if self.recurrent_dtype_bytes is not None and (isinstance(self.recurrent_dtype_bytes, bool)
+                                                   or self.recurrent_dtype_bytes not in STATE_VALUE_BYTES):
+            raise SizingError("recurrent_state_dtype", "bytes per recurrent-state value must be 1, 2 or 4, "
+                                                       f"got {self.recurrent_dtype_bytes!r:.40}")
+
+    @property
+    def recurrent_bytes_per_value(self) -> int:
+        """Bytes per recurrent-state value: ``recurrent_dtype_bytes``, else ``dtype_bytes``."""
+        return self.dtype_bytes if self.recurrent_dtype_bytes is None else self.recurrent_dtype_bytes
 
     def check_tp(self, tp: int) -> int:
         """``tp`` if the heads and channels split evenly over it (vLLM asserts the same)."""
@@ -212,17 +241,28 @@ class RecurrentState:
             return 0
         return self.groups // tp if self.groups % tp == 0 else 1
 
-    def conv_values_per_gpu(self, tp: int) -> int:
-        """Convolution-state values of one layer and sequence on one rank."""
+    def conv_values_per_gpu(self, tp: int, *, speculative_tokens: int = 0) -> int:
+        """Convolution-state values of one layer and sequence on one rank: ``conv_kernel − 1``
+        past inputs, plus ``speculative_tokens`` with speculative decoding."""
         self.check_tp(tp)
+        _count("speculative_tokens", speculative_tokens)
+        if speculative_tokens > MAX_SPECULATIVE_TOKENS:
+            raise SizingError("speculative_tokens", f"must be at most {MAX_SPECULATIVE_TOKENS}, "
+                                                    f"got {speculative_tokens:,}")
         channels = self.conv_channels // tp + self.groups_per_gpu(tp) * self.group_channels
-        return (self.conv_kernel - 1) * channels
+        return (self.conv_kernel - 1 + speculative_tokens) * channels
 
     def recurrent_values_per_gpu(self, tp: int) -> int:
         """Recurrent-state values (SSM state or delta-net matrices) of one layer on one rank."""
         self.check_tp(tp)
         return self.heads // tp * self.state_per_head
 
-    def values_per_gpu(self, tp: int = 1) -> int:
+    def values_per_gpu(self, tp: int = 1, *, speculative_tokens: int = 0) -> int:
         """All state values one layer holds per sequence on one rank at tensor parallelism ``tp``."""
-        return self.conv_values_per_gpu(tp) + self.recurrent_values_per_gpu(tp)
+        return self.conv_values_per_gpu(tp, speculative_tokens=speculative_tokens) + self.recurrent_values_per_gpu(tp)
+
+    def bytes_per_gpu(self, tp: int = 1, *, speculative_tokens: int = 0) -> int:
+        """State bytes of one layer and sequence on one rank, each tensor in its own dtype (vLLM's
+        ``MambaSpec.page_size_bytes`` before padding: Σ prod(shape) × dtype size)."""
+        conv = self.conv_values_per_gpu(tp, speculative_tokens=speculative_tokens) * self.dtype_bytes
+        return conv + self.recurrent_values_per_gpu(tp) * self.recurrent_bytes_per_value

@@ -194,7 +194,8 @@ def parse_layout(text: object, *, layers: int | None = None) -> Layout:
 
 
 def recurrent_state(kind: LayerKind | str, *, conv_kernel: int, conv_channels: int, heads: int, state_per_head: int,
-                    groups: int = 0, group_channels: int = 0, dtype: str = "bf16") -> RecurrentState:
+                    groups: int = 0, group_channels: int = 0, dtype: str = "bf16",
+                    ssm_dtype: str | None = None) -> RecurrentState:
     """The per-sequence state of one ``kind`` layer from sizes as entered, each checked against its bound.
 
     Parameters
@@ -204,10 +205,14 @@ def recurrent_state(kind: LayerKind | str, *, conv_kernel: int, conv_channels: i
     heads, state_per_head : recurrent-state heads and values per head
         (Mamba2 ``head_dim × state_size``; gated delta net ``k_dim × v_dim``).
     groups, group_channels : Mamba2 B/C groups and their channels (``2 × state_size``); 0 for none.
-    dtype : ``bf16``, ``fp16`` or ``fp32``.
+    dtype : ``bf16``, ``fp16`` or ``fp32``: the convolution state's (and the recurrent state's
+        unless ``ssm_dtype`` is given).
+    ssm_dtype : the recurrent state's dtype (vLLM's ``mamba_ssm_cache_dtype``); None: ``dtype``.
     """
     if dtype not in STATE_DTYPES:
         raise SizingError("state_dtype", f"must be one of {', '.join(STATE_DTYPES)}, got {shown(dtype)}")
+    if ssm_dtype is not None and (not isinstance(ssm_dtype, str) or ssm_dtype not in STATE_DTYPES):
+        raise SizingError("ssm_dtype", f"must be one of {', '.join(STATE_DTYPES)}, got {shown(ssm_dtype)}")
     if kind not in set(LayerKind) or LayerKind(kind) not in STATE_KINDS:
         raise SizingError("state", f"a recurrent state belongs to mamba or linear layers, not {kind}")
     return RecurrentState(
@@ -216,6 +221,7 @@ def recurrent_state(kind: LayerKind | str, *, conv_kernel: int, conv_channels: i
         state_per_head=_checked(STATE_PER_HEAD, state_per_head), groups=_checked(STATE_GROUPS, groups),
         group_channels=_checked(GROUP_CHANNELS, group_channels),
         dtype_bytes=STATE_DTYPES[dtype],
+        recurrent_dtype_bytes=None if ssm_dtype is None else STATE_DTYPES[ssm_dtype],
     )
 
 
@@ -223,7 +229,7 @@ def recurrent_state(kind: LayerKind | str, *, conv_kernel: int, conv_channels: i
 _STATE_KEYS = {"kernel": "conv_kernel", "conv_kernel": "conv_kernel", "channels": "conv_channels",
                "conv_channels": "conv_channels", "heads": "heads", "per_head": "state_per_head",
                "state_per_head": "state_per_head", "groups": "groups", "group_channels": "group_channels",
-               "dtype": "dtype"}
+               "dtype": "dtype", "ssm_dtype": "ssm_dtype"}
 _STATE_BOUNDS = {"conv_kernel": CONV_KERNEL, "conv_channels": CONV_CHANNELS, "heads": STATE_HEADS,
                  "state_per_head": STATE_PER_HEAD, "groups": STATE_GROUPS, "group_channels": GROUP_CHANNELS}
 _STATE_REQUIRED = ("conv_kernel", "conv_channels", "heads", "state_per_head")
@@ -240,10 +246,10 @@ def parse_state(text: object, kind: LayerKind | str) -> RecurrentState:
         name = _STATE_KEYS.get(key.strip().lower())
         if not sep or name is None:
             raise SizingError("state", f"{shown(pair)} is not KEY=VALUE with KEY one of "
-                                       f"kernel, channels, heads, per_head, groups, group_channels, dtype")
+                                       f"kernel, channels, heads, per_head, groups, group_channels, dtype, ssm_dtype")
         if name in sizes:
             raise SizingError("state", f"{key} is given twice")
-        if name == "dtype":
+        if name in ("dtype", "ssm_dtype"):
             sizes[name] = value.strip().lower()
             continue
         try:

@@ -215,10 +215,17 @@ class ModelShape:
             return 0
         return self.n_state_layers * self.state.values_per_gpu(tp)
 
+    def state_bytes_per_sequence_per_gpu(self, tp: int = 1) -> int:
+        """Recurrent-state bytes one sequence holds on one rank, over all state layers (each state
+        tensor in its own dtype)."""
+        if self.state is None or not self.n_state_layers:
+            return 0
+        return self.n_state_layers * self.state.bytes_per_gpu(tp)
+
     @property
     def state_bytes_per_sequence(self) -> int:
         """Recurrent-state bytes of one sequence, whole model (TP 1)."""
-        return self.state_values_per_sequence_per_gpu(1) * (self.state.dtype_bytes if self.state else 0)
+        return self.state_bytes_per_sequence_per_gpu(1)
 
     # ---- attention kind and per-token values -------------------------------------------------
     @property
@@ -358,7 +365,7 @@ def _layer_groups(model: ModelShape, tp: int) -> tuple[LayerGroup, ...]:
         if kind in STATE_KINDS:
             groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices),
                                      state_values_per_sequence=model.state.values_per_gpu(tp),
-                                     state_dtype_bytes=model.state.dtype_bytes))
+                                     state_bytes_per_sequence=model.state.bytes_per_gpu(tp)))
         else:
             groups.append(LayerGroup(kind=kind, layer_indices=tuple(indices), window=window,
                                      kv_values_per_token=model.values_per_layer_per_token_per_gpu(tp)))

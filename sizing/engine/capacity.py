@@ -22,7 +22,7 @@ from typing import Any
 
 from hardware.gpus import GPU, get_gpu
 from inputs.errors import InputError
-from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
+from sizing.engine.groups import DEFAULT_ATTENTION_BACKEND, GroupingRule, KVCacheLayout, kv_cache_layout
 from sizing.engine.launch import LaunchPlan, sglang_command, sglang_max_total_tokens, sglang_mem_fraction, vllm_command
 from sizing.engine.memory import LOGIT_BYTES, SAMPLER_VOCAB_COPIES, ActivationShape, MemoryProfile, memory_profile
 from sizing.errors import NoKVRoom, SizingError
@@ -45,6 +45,10 @@ class EngineRequest:
 
     ``kv_budget_bytes_per_gpu`` is the engine's "Available KV cache memory" and replaces the
     whole memory profile; ``users`` asks for the utilisation that serves them.
+    ``attention_backend`` sets the kernel block alignment of a hybrid model's attention block
+    (``kernel_block_alignment`` overrides it, in tokens); ``speculative_tokens`` is vLLM's
+    ``num_speculative_tokens``, which lengthens the convolution state of Mamba2 / gated-delta-net
+    layers.
     """
 
     model: ModelShape | str
@@ -60,6 +64,9 @@ class EngineRequest:
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
     users: int | None = None
     rule: GroupingRule | str = GroupingRule.HYBRID
+    attention_backend: str = DEFAULT_ATTENTION_BACKEND
+    kernel_block_alignment: int | None = None
+    speculative_tokens: int = 0
     enforce_eager: bool = False
     activation: ActivationShape | None = None
     model_repo: str | None = None
@@ -231,7 +238,10 @@ def _required_utilization(profile: MemoryProfile, layout: KVCacheLayout, request
 
 def _figures(request: EngineRequest, inp: _Inputs, tp: int, utilization: float):
     profile = _profile(request, inp, tp, utilization)
-    layout = kv_cache_layout(inp.model, inp.kv, tp=tp, block_size=request.block_size, rule=request.rule)
+    layout = kv_cache_layout(inp.model, inp.kv, tp=tp, block_size=request.block_size, rule=request.rule,
+                             attention_backend=request.attention_backend,
+                             kernel_block_alignment=request.kernel_block_alignment,
+                             speculative_tokens=request.speculative_tokens)
     blocks = layout.num_blocks(profile.available_bytes)
     return profile, layout, blocks
 

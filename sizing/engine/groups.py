@@ -20,9 +20,12 @@ vLLM keeps one page size for every layer and hands out blocks of that size from 
    (``_estimate_max_model_len_from_groups``).
 
 Attention pages of a model with Mamba / linear layers are made at least as large as the state
-page by raising the attention block size to a multiple of 16 tokens; the state page is then
-padded to equal it (vLLM's ``HybridAttentionMambaModelConfig``, FlashAttention's 16-token
-alignment assumed).
+page by raising the attention block size to a multiple of the attention backend's kernel block
+alignment; the state page is then padded to equal it (vLLM's ``_align_hybrid_block_size`` in
+``vllm/platforms/interface.py``, formerly ``HybridAttentionMambaModelConfig``):
+``block = a × cdiv(state page, a × attention bytes per token)`` with
+``a = max(smallest kernel block of the backend, --block-size)``. The state page is Σ tensor
+bytes, each tensor in its own dtype, the convolution state holding the speculative tokens too.
 
 :class:`GroupingRule` selects the version: ``hybrid`` (vLLM ≥ 0.12, the 1.5× rule of
 vllm#29303), ``hybrid-min`` (vLLM 0.10–0.11: group size = the smallest layer count) and
@@ -39,12 +42,19 @@ from fractions import Fraction
 
 from sizing.errors import SizingError
 from sizing.kv import KVCacheSpec, largest_fitting
-from sizing.layers import STATE_KINDS, LayerKind
+from sizing.layers import MAX_SPECULATIVE_TOKENS, STATE_KINDS, LayerKind
 from sizing.models import ModelShape, check_int
 from sizing.precisions import Precision
 from units import cdiv
 
-ATTENTION_BLOCK_ALIGNMENT = 16  # FlashAttention's kernel block alignment (tokens)
+# The smallest kernel block each attention backend takes (tokens): its
+# get_supported_kernel_block_sizes() in vllm/v1/attention/backends/ — FlashAttention and Triton
+# MultipleOf(16), FlashInfer [16, 32, 64]; the MLA kernels FlashMLA 64 and CUTLASS MLA 128 (the
+# alignments vLLM's hybrid config used before it asked the backend). FlashInfer with head size
+# 256 on Blackwell (SM 10.0) takes 32: pass kernel_block_alignment=32 there.
+KERNEL_BLOCK_ALIGNMENT = {"flash_attn": 16, "flashinfer": 16, "triton_attn": 16, "flashmla": 64, "cutlass_mla": 128}
+DEFAULT_ATTENTION_BACKEND = "flash_attn"
+MAX_KERNEL_BLOCK_ALIGNMENT = 4096  # tokens; far above any backend's kernel block
 _HYBRID_MAX_RATIO = Fraction(3, 2)  # vllm#29303: use the largest count when under 1.5 × the smallest
 
 
@@ -179,7 +189,19 @@ class _Spec:
     page_bytes: int
 
 
-def _specs(model: ModelShape, precision: Precision, tp: int, block_size: int, rule: GroupingRule) -> list[_Spec]:
+def backend_block_alignment(attention_backend: str = DEFAULT_ATTENTION_BACKEND, override: int | None = None) -> int:
+    """Tokens the hybrid attention block is a multiple of: ``override`` when given, else the
+    smallest kernel block of ``attention_backend`` (:data:`KERNEL_BLOCK_ALIGNMENT`)."""
+    if override is not None:
+        return check_int("kernel_block_alignment", override, high=MAX_KERNEL_BLOCK_ALIGNMENT)
+    if not isinstance(attention_backend, str) or attention_backend not in KERNEL_BLOCK_ALIGNMENT:
+        raise SizingError("attention_backend", f"unknown attention backend {attention_backend!r:.40}; use one of "
+                                               f"{', '.join(KERNEL_BLOCK_ALIGNMENT)} or give kernel_block_alignment")
+    return KERNEL_BLOCK_ALIGNMENT[attention_backend]
+
+
+def _specs(model: ModelShape, precision: Precision, tp: int, block_size: int, rule: GroupingRule, *,
+           alignment: int, speculative_tokens: int) -> list[_Spec]:
     """One spec per (kind, window), in order of first layer, with pages unified across kinds."""
     spec = KVCacheSpec(model=model, precision=precision, tp=tp, block_size=block_size)
     attention_layers = model.n_kv_layers
@@ -197,12 +219,14 @@ def _specs(model: ModelShape, precision: Precision, tp: int, block_size: int, ru
         layers = tuple(sorted(i for g in groups for i in g.layer_indices))
         kind = LayerKind.MLA if model.kv_lora_rank else LayerKind.FULL
         return [_Spec(kind=kind, window=None, layers=layers, block_size=block_size, page_bytes=block_size * token_bytes)]
-    state_page = max((g.state_values_per_sequence * g.state_dtype_bytes for g in groups if g.kind in STATE_KINDS),
-                     default=0)
+    has_state = any(g.kind in STATE_KINDS for g in groups)
+    state_page = model.state.bytes_per_gpu(tp, speculative_tokens=speculative_tokens) if has_state else 0
     attention_block = block_size
     if state_page and token_bytes and block_size * token_bytes < state_page:
-        # vLLM raises the attention block size until an attention page holds a whole state page.
-        attention_block = ATTENTION_BLOCK_ALIGNMENT * cdiv(state_page, ATTENTION_BLOCK_ALIGNMENT * token_bytes)
+        # vLLM raises the attention block size until an attention page holds a whole state page,
+        # in steps of the kernel alignment or of --block-size, whichever is larger.
+        step = max(alignment, block_size)
+        attention_block = step * cdiv(state_page, step * token_bytes)
     page = max(attention_block * token_bytes, state_page)
     # A state group's spec carries the attention block size (vLLM's MambaSpec.block_size), so the
     # smallest block — the unit of "GPU KV cache size" — is the attention block.
@@ -225,6 +249,9 @@ def kv_cache_layout(
     block_size: int = 16,
     rule: GroupingRule | str = GroupingRule.HYBRID,
     state_blocks: int = 1,
+    speculative_tokens: int = 0,
+    attention_backend: str = DEFAULT_ATTENTION_BACKEND,
+    kernel_block_alignment: int | None = None,
 ) -> KVCacheLayout:
     """The KV-cache groups of ``model`` on one GPU at tensor parallelism ``tp``.
 
@@ -240,15 +267,25 @@ def kv_cache_layout(
         Which vLLM version's grouping to follow.
     state_blocks : int
         Pages a Mamba / linear layer keeps per request (1; 2 with prefix caching in "align").
+    speculative_tokens : int
+        vLLM's ``num_speculative_tokens`` (MTP / EAGLE); each adds one input to the convolution
+        state of a Mamba2 or gated-delta-net layer.
+    attention_backend : str
+        The attention backend, for its kernel block alignment (:data:`KERNEL_BLOCK_ALIGNMENT`).
+    kernel_block_alignment : int or None
+        Tokens the hybrid attention block is a multiple of, overriding the backend's.
     """
     check_int("block_size", block_size, high=1 << 20)
     check_int("state_blocks", state_blocks, high=64)
+    check_int("speculative_tokens", speculative_tokens, low=0, high=MAX_SPECULATIVE_TOKENS)
+    alignment = backend_block_alignment(attention_backend, kernel_block_alignment)
     try:
         rule = GroupingRule(rule)
     except ValueError:
         raise SizingError("engine_rule", f"unknown grouping rule {rule!r:.40}; use one of "
                                          f"{', '.join(GroupingRule)}") from None
-    specs = _specs(model, precision, tp, block_size, rule)
+    specs = _specs(model, precision, tp, block_size, rule, alignment=alignment,
+                   speculative_tokens=speculative_tokens)
     page = specs[0].page_bytes
     if len(specs) == 1:
         only = specs[0]

@@ -19,7 +19,8 @@ def test_cached_tokens_per_kind():
     sliding = LayerGroup(kind=LayerKind.SLIDING, layer_indices=(2,), window=4096, kv_values_per_token=2048)
     chunked = LayerGroup(kind=LayerKind.CHUNKED, layer_indices=(3,), window=8192, kv_values_per_token=2048)
     mla = LayerGroup(kind=LayerKind.MLA, layer_indices=(4,), kv_values_per_token=576)
-    mamba = LayerGroup(kind=LayerKind.MAMBA, layer_indices=(5, 7), state_values_per_sequence=1000, state_dtype_bytes=2)
+    mamba = LayerGroup(kind=LayerKind.MAMBA, layer_indices=(5, 7), state_values_per_sequence=1000,
+                       state_bytes_per_sequence=2000)
     assert [g.cached_tokens(10_000) for g in (full, sliding, chunked, mla, mamba)] == [10_000, 4096, 8192, 10_000, 0]
     assert [g.cached_tokens(100) for g in (full, sliding, chunked, mla, mamba)] == [100, 100, 100, 100, 0]
     assert full.count == 2 and mamba.count == 2
@@ -36,7 +37,7 @@ def test_cached_tokens_per_kind():
     ({"kind": LayerKind.FULL, "layer_indices": (-1,), "kv_values_per_token": 8}, "layer_indices"),
     ({"kind": LayerKind.MAMBA, "layer_indices": (0,), "kv_values_per_token": 8}, "kv_values_per_token"),
     ({"kind": LayerKind.MAMBA, "layer_indices": (0,), "state_values_per_sequence": 8}, "state_values_per_sequence"),
-    ({"kind": LayerKind.FULL, "layer_indices": (0,), "state_values_per_sequence": 8, "state_dtype_bytes": 2},
+    ({"kind": LayerKind.FULL, "layer_indices": (0,), "state_values_per_sequence": 8, "state_bytes_per_sequence": 16},
      "state_values_per_sequence"),
     ({"kind": "mystery", "layer_indices": (0,)}, None),
 ])
@@ -72,6 +73,44 @@ def test_gated_delta_net_state_matches_vllms_shapes_by_hand():
     assert state.values_per_gpu(2) == 548_864 // 2
 
 
+def test_recurrent_state_keeps_a_dtype_per_tensor():
+    # Qwen3.5-style gated delta net at TP 2: conv 8,192 / 2 = 4,096 channels × 3 inputs in bf16,
+    # recurrent 32 / 2 = 16 heads × 128 × 128 in fp32 (mamba_ssm_dtype).
+    state = RecurrentState(kind=LayerKind.LINEAR, conv_kernel=4, conv_channels=8192, heads=32,
+                           state_per_head=128 * 128, dtype_bytes=2, recurrent_dtype_bytes=4)
+    assert state.recurrent_bytes_per_value == 4
+    assert state.bytes_per_gpu(2) == 4096 * 3 * 2 + 16 * 128 * 128 * 4 == 24_576 + 1_048_576
+    # Three speculative tokens lengthen the convolution state to 3 + 3 inputs (vLLM's num_spec).
+    assert state.conv_values_per_gpu(2, speculative_tokens=3) == 4096 * 6
+    assert state.bytes_per_gpu(2, speculative_tokens=3) == 4096 * 6 * 2 + 1_048_576
+    # Without recurrent_dtype_bytes both tensors take dtype_bytes, as before.
+    plain = RecurrentState(kind=LayerKind.LINEAR, conv_kernel=4, conv_channels=8192, heads=32, state_per_head=16384)
+    assert plain.bytes_per_gpu(1) == 548_864 * 2
+    shape = _mixed([LayerKind.LINEAR, LayerKind.FULL] * 2, state=state)
+    linear = shape.layer_groups(tp=2)[0]
+    assert linear.state_bytes_per_sequence == 1_073_152 and linear.state_bytes == 2 * 1_073_152
+    assert KVCacheSpec(model=shape, precision=BF16, tp=2).state_bytes_per_sequence_per_gpu == 2 * 1_073_152
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"recurrent_dtype_bytes": 3}, "recurrent_state_dtype"),
+    ({"recurrent_dtype_bytes": True}, "recurrent_state_dtype"),
+    ({"dtype_bytes": 8}, "state_dtype"),
+])
+def test_bad_state_dtypes_are_refused(kwargs, field):
+    with pytest.raises(SizingError) as info:
+        RecurrentState(kind=LayerKind.LINEAR, conv_kernel=4, conv_channels=64, heads=2, state_per_head=16, **kwargs)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("tokens", [-1, 65, 1.5])
+def test_speculative_tokens_are_bounded(tokens):
+    state = RecurrentState(kind=LayerKind.LINEAR, conv_kernel=4, conv_channels=64, heads=2, state_per_head=16)
+    with pytest.raises(SizingError) as info:
+        state.bytes_per_gpu(1, speculative_tokens=tokens)
+    assert info.value.field == "speculative_tokens"
+
+
 def _mixed(kinds, **extra):
     return ModelShape(name="mixed", layers=len(kinds), q_heads=32, kv_heads=8, head_dim=128, params=10**9,
                       layer_kinds=tuple(kinds), **extra)
@@ -83,7 +122,7 @@ def test_mixed_layout_groups_in_order_of_first_layer():
     shape = _mixed(kinds, state=gdn)
     linear, full = shape.layer_groups(tp=2)
     assert linear.kind is LayerKind.LINEAR and linear.layer_indices == (0, 1, 2, 4, 5, 6)
-    assert linear.state_values_per_sequence == 548_864 // 2 and linear.state_dtype_bytes == 2
+    assert linear.state_values_per_sequence == 548_864 // 2 and linear.state_bytes_per_sequence == 548_864
     # 8 KV heads over 2 ranks: 4 × (128 + 128) values per token and layer.
     assert full.layer_indices == (3, 7) and full.kv_values_per_token == 4 * 256
     assert shape.n_kv_layers == 2 and shape.n_state_layers == 6
@@ -146,3 +185,21 @@ def test_groups_agree_with_the_sliding_and_mla_fields(preset_id, tp):
     window = shape.sliding_window or tokens
     by_hand = (shape.layers - len(sliding)) * tokens + len(sliding) * min(tokens, window)
     assert shape.cached_layer_tokens(tokens) == by_hand
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, None), ("auto", None), ("float32", 4), ("bfloat16", 2)])
+def test_mamba_ssm_dtype_sets_the_recurrent_dtype(value, expected):
+    from sizing.config_layers import recurrent_state_dtype_bytes
+
+    cfg = {} if value is None else {"mamba_ssm_dtype": value}
+    assert recurrent_state_dtype_bytes(cfg) == expected
+
+
+@pytest.mark.parametrize("value", ["float8", 4, ["float32"]])
+def test_bad_mamba_ssm_dtype_names_the_key(value):
+    from sizing.config_layers import recurrent_state_dtype_bytes
+    from sizing.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        recurrent_state_dtype_bytes({"mamba_ssm_dtype": value})
+    assert info.value.field == "mamba_ssm_dtype"

@@ -19,6 +19,7 @@ from sizing.engine.capacity import EngineRequest, plan_engine
 from sizing.engine.explain import RATIO_TOLERANCE, explain_log
 from sizing.engine.groups import kv_cache_layout
 from sizing.engine.vllm_log import parse_vllm_log
+from sizing.config_layers import read_layers
 from sizing.errors import SizingError
 from sizing.layers import LayerKind, RecurrentState
 from sizing.models import ModelShape
@@ -44,18 +45,17 @@ def _check(explanation, prefix: str):
 
 
 def _gated_delta_net(*, layers: int, q_heads: int, kv_heads: int, value_heads: int, params: int,
-                     ssm_bytes: int, conv_bytes: int = 2, extra_full: int = 0, name: str) -> ModelShape:
+                     ssm_bytes: int | None, conv_bytes: int = 2, extra_full: int = 0, name: str) -> ModelShape:
     """A Qwen3.5-family hybrid: (3 × gated delta net + 1 × full attention) repeated, head dim 256,
     16 key heads of 128 and ``value_heads`` value heads of 128, convolution kernel 4.
 
-    ``RecurrentState`` holds one dtype for both state tensors. With ``ssm_bytes`` 4 and
-    ``conv_bytes`` 2 the fp32 recurrent state is written as twice as many 2-byte values, which
-    gives vLLM's page exactly; ``extra_full`` appends full-attention layers (a drafter's).
+    The convolution state is kept in ``conv_bytes`` (the model dtype) and the recurrent state in
+    ``ssm_bytes`` (the config's mamba_ssm_dtype; None: the convolution state's dtype);
+    ``extra_full`` appends full-attention layers (a drafter's).
     """
-    dtype = conv_bytes
-    per_head = 128 * 128 * ssm_bytes // dtype
     state = RecurrentState(kind=LayerKind.LINEAR, conv_kernel=4, conv_channels=2 * 16 * 128 + value_heads * 128,
-                           heads=value_heads, state_per_head=per_head, dtype_bytes=dtype)
+                           heads=value_heads, state_per_head=128 * 128, dtype_bytes=conv_bytes,
+                           recurrent_dtype_bytes=ssm_bytes)
     kinds = tuple(LayerKind.FULL if i % 4 == 3 else LayerKind.LINEAR for i in range(layers))
     kinds += (LayerKind.FULL,) * extra_full
     return ModelShape(name=name, layers=layers + extra_full, q_heads=q_heads, kv_heads=kv_heads, head_dim=256,
@@ -68,7 +68,7 @@ def _gated_delta_net(*, layers: int, q_heads: int, kv_heads: int, value_heads: i
 # linear_num_value_heads 32 of 128, linear_conv_kernel_dim 4; mamba_ssm_dtype float32.
 QWEN36_35B = dict(layers=40, q_heads=16, kv_heads=2, value_heads=32, params=35_000_000_000, name="Qwen3.6-35B-A3B")
 QWEN36_35B_VLLM = _gated_delta_net(**QWEN36_35B, ssm_bytes=4)
-QWEN36_35B_ONE_DTYPE = _gated_delta_net(**QWEN36_35B, ssm_bytes=4, conv_bytes=4)
+QWEN36_35B_ONE_DTYPE = _gated_delta_net(**QWEN36_35B, ssm_bytes=None, conv_bytes=4)
 # Qwen/Qwen3.5-27B config.json (text_config, model_type qwen3_5; Qwen3.6-27B keeps the
 # architecture): 64 layers, (3 × linear_attention + full_attention) × 16, 24 query / 4 KV heads
 # of 256, gated delta net 16 key / 48 value heads of 128, kernel 4, mamba_ssm_dtype float32,
@@ -266,16 +266,27 @@ def test_qwen3_6_35b_concurrency_and_tokens():
     assert int(concurrency * 131_072) == parsed.kv_tokens
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "RecurrentState has one dtype for both state tensors; vLLM's MambaSpec keeps one per tensor "
-    "(vllm/v1/kv_cache_interface.py): the convolution state in the model dtype (bf16) and the recurrent state "
-    "in mamba_ssm_cache_dtype (float32 from the config's mamba_ssm_dtype). All-fp32 gives a 2,195,456 B page, "
-    "2,144-token attention blocks, 292 blocks and 4.29x, not 4.33x"))
-def test_qwen3_6_35b_with_one_state_dtype():
+def test_qwen3_6_35b_state_dtypes_from_config():
     parsed = _parsed("qwen3.6-35b-a3b-nvfp4-rtx5090-club3090-612.log")
-    layout = kv_cache_layout(QWEN36_35B_ONE_DTYPE, get_precision("fp8"), state_blocks=2)
+    # The config's own keys: the convolution state in torch_dtype (bf16), the recurrent state in
+    # mamba_ssm_dtype (float32), as vLLM's MambaStateDtypeCalculator keeps them.
+    text_config = {"torch_dtype": "bfloat16", "mamba_ssm_dtype": "float32", "layer_types": [
+        "full_attention" if i % 4 == 3 else "linear_attention" for i in range(40)],
+        "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4}
+    state = read_layers(text_config, layers=40, hidden=2048, model_type="qwen3_5_moe_text").state
+    assert state == QWEN36_35B_VLLM.state
+    # 8,192 channels × 3 × 2 B + 32 × 128 × 128 × 4 B = 49,152 + 2,097,152 = 2,146,304 B.
+    assert state.bytes_per_gpu(1) == 2_146_304
+    layout = kv_cache_layout(QWEN36_35B_VLLM, get_precision("fp8"), state_blocks=2)
     concurrency = layout.max_concurrency(layout.num_blocks(_gib(parsed.available_gib)), 131_072, 8192)
     assert abs(concurrency - parsed.concurrency) / parsed.concurrency <= RATIO_TOLERANCE
+    # One dtype (fp32) for both tensors misses the log: 98,304 + 2,097,152 = 2,195,456 B, blocks
+    # of 16 × cdiv(2,195,456, 16 × 1,024) = 2,144 tokens, 292 blocks, 292 / 68 = 4.29x.
+    one = kv_cache_layout(QWEN36_35B_ONE_DTYPE, get_precision("fp8"), state_blocks=2)
+    blocks = one.num_blocks(_gib(parsed.available_gib))
+    assert (one.page_bytes, blocks) == (2_195_456, 292)
+    assert round(one.max_concurrency(blocks, 131_072, 8192), 2) == 4.29 != parsed.concurrency
 
 
 @pytest.mark.xfail(strict=True, reason=(
@@ -310,8 +321,9 @@ def test_qwen3_5_27b_explained():
 
 
 def _mtp_layout():
-    # MTP with 3 speculative tokens: "align" mode keeps 2 + 3 state pages a request (MambaSpec).
-    return kv_cache_layout(QWEN36_27B_MTP_VLLM, get_precision("fp8"), tp=2, state_blocks=2 + 3)
+    # MTP with 3 speculative tokens: "align" mode keeps 2 + 3 state pages a request (MambaSpec),
+    # and each convolution state holds 3 + 3 inputs (gated_delta_net_state_shape's num_spec).
+    return kv_cache_layout(QWEN36_27B_MTP_VLLM, get_precision("fp8"), tp=2, state_blocks=2 + 3, speculative_tokens=3)
 
 
 def test_qwen3_6_27b_mtp_groups_and_vllm_arithmetic():
@@ -323,22 +335,25 @@ def test_qwen3_6_27b_mtp_groups_and_vllm_arithmetic():
     assert layout.warnings[0].message == "Add 3 padding layers, may waste at most 6.25% KV cache memory"
     attention = next(g for g in layout.groups if g.kind is LayerKind.FULL)
     token_bytes = layout.page_bytes // attention.block_size  # 2 KV heads × 256 × 2 × 1 B at TP 2
-    # vLLM's figures follow from a 1,600-token attention block (64-token kernel alignment): 205
-    # blocks of 17 × 1.6 MB, 164 + 3 × 5 blocks a request.
+    # vLLM's figures follow from a 1,600-token attention block: 205 blocks of 17 × 1.6 MB,
+    # 164 + 3 × 5 blocks a request.
     block = 1600
+    assert attention.block_size == block
     blocks = math.floor(_gib(parsed.available_gib) / (block * token_bytes)) // 17
     per_request = math.ceil(262_144 / block) + 3 * 5
     assert (blocks, per_request) == (205, 179)
     assert int(blocks / per_request * 262_144) == parsed.kv_tokens and round(blocks / per_request, 2) == 1.15
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "attention block alignment: groups.py raises the attention block in 16-token steps (FlashAttention's); "
-    "vLLM uses the attention backend's smallest kernel block (kernel_block_alignment_size), 64 tokens on this "
-    "2 × RTX 3090 fp8 setup, so 1,600-token blocks and 1.15x, where 16-token steps give 1,568 and 1.142x"))
 def test_qwen3_6_27b_mtp_concurrency():
+    # The state page at TP 2 with 3 speculative tokens: 5,120 channels × (3 + 3) × 2 B +
+    # 24 × 128 × 128 × 4 B = 61,440 + 1,572,864 = 1,634,304 B, so FlashInfer's 16-token alignment
+    # (the backend vLLM picks on these RTX 3090s with fp8 KV) gives 16 × cdiv(1,634,304, 16 × 1,024)
+    # = 1,600 tokens. Without the speculative inputs: 1,603,584 B, 1,568 tokens and 1.142x.
     parsed = _parsed("qwen3.6-27b-fp8-tp2-mtp-rtx3090-club3090-594.log")
     layout = _mtp_layout()
+    assert QWEN36_27B_MTP_VLLM.state.bytes_per_gpu(2, speculative_tokens=3) == 1_634_304
+    assert next(g for g in layout.groups if g.kind is LayerKind.FULL).block_size == 1600
     concurrency = layout.max_concurrency(layout.num_blocks(_gib(parsed.available_gib)), 262_144, 8192)
     assert abs(concurrency - parsed.concurrency) / parsed.concurrency <= RATIO_TOLERANCE
 
