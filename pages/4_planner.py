@@ -226,7 +226,8 @@ server_inputs = ServerInputs(
                          trace_path=trace_path, trace_bytes=trace_bytes, trace_name=trace_name),
     max_context=int(value("max_context")), block_size=int(value("block")), policy=value("policy"),
     source=value("source"), efficiency=float(value("efficiency")) if value("override") else None,
-    tpot_ms=float(value("tpot_ms")), ttft_ms=float(value("ttft_ms")), rate_per_s=float(value("rate")))
+    tpot_ms=float(value("tpot_ms")), ttft_ms=float(value("ttft_ms")), rate_per_s=float(value("rate")),
+    engine_settings=settings)
 
 try:
     outcome = _plan(server_inputs, measured)

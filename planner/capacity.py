@@ -25,6 +25,12 @@ Limits named in ``binding_limit`` (first violated wins, else what sets the step 
 
 Simplification, stated: every sequence in a batch is counted at its full length (the snapshot
 view of the fragmentation explorer); live contexts are shorter on average, so the step time is an upper bound.
+
+The roofline above is the fallback. Given a :class:`planner.timing.StepTiming` (the step model of
+:mod:`planner.step_model`, whenever the model has a config), every step time, the TPOT cap (by
+bisection over the batch), the curve and the time to first token come from it instead; the
+bytes, FLOPs and ``bound`` stay the roofline's description of what a step reads and computes, and
+``timing_model`` says which model produced the times.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Literal
 import numpy as np
 
 from planner.bandwidth import BandwidthEstimate
+from planner.timing import StepTiming, TimingModel, largest_batch_within
 from sizing.kv import DEFAULT_USABLE_FRACTION
 from sizing.plan import GPUS_PER_NODE  # an HGX/DGX node: the unit GPUs are bought and wired in
 
@@ -114,16 +121,24 @@ class DecodeStep:
     context: float
     bytes_read: float  # weights per GPU + KV per GPU, bytes
     flops: float  # per GPU
-    memory_s: float
-    compute_s: float
+    memory_s: float  # the roofline's read time
+    compute_s: float  # the roofline's matmul time
+    modelled_s: float | None = None  # the step model's time; None: the roofline times the step
+    words: str = ""  # the step model's sentence of what the time is made of
 
     @property
     def step_s(self) -> float:
-        """Time per output token (TPOT), seconds."""
-        return max(self.memory_s, self.compute_s)
+        """Time per output token (TPOT), seconds: the step model's when it timed the step."""
+        return max(self.memory_s, self.compute_s) if self.modelled_s is None else self.modelled_s
+
+    @property
+    def timing_model(self) -> TimingModel:
+        """Which model produced ``step_s``."""
+        return "roofline" if self.modelled_s is None else "step model"
 
     @property
     def bound(self) -> StepBound:
+        """Whether the step's bytes or its FLOPs take longer at the roofline's rates."""
         return "bandwidth" if self.memory_s >= self.compute_s else "compute"
 
     @property
@@ -207,6 +222,7 @@ class CurvePoint:
     bound: StepBound
     fits_contiguous: bool
     fits_paged: bool
+    timing_model: TimingModel = "roofline"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +243,8 @@ class CapacityPlan:
     curve: tuple[CurvePoint, ...]
     required_concurrency: float | None  # Little's law at the arrival rate; None without a rate
     arrival_rate_per_s: float | None
+    timing_model: TimingModel = "roofline"
+    timing_label: str = ""  # what produced the step times, in words
 
     @property
     def kv_budget_tokens_per_gpu(self) -> float:
@@ -291,8 +309,9 @@ def effective_flops(gpu: GpuSpec, estimate: BandwidthEstimate) -> float:
 
 
 def decode_step(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
-                batch: int, context: float) -> DecodeStep:
-    """Time of one decode step on one GPU of the replica (see the module docstring)."""
+                batch: int, context: float, timing: StepTiming | None = None) -> DecodeStep:
+    """Time of one decode step on one GPU of the replica (see the module docstring); with
+    ``timing``, its step time and sentence beside the roofline's bytes and FLOPs."""
     if not (isinstance(batch, (int, np.integer)) and batch >= 1):
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
     check_non_negative("context", context)
@@ -302,6 +321,8 @@ def decode_step(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
         batch=int(batch), context=context, bytes_read=bytes_read, flops=flops,
         memory_s=bytes_read / effective_bandwidth(gpu, estimate),
         compute_s=flops / effective_flops(gpu, estimate),
+        modelled_s=None if timing is None else timing.step_s(int(batch), context),
+        words="" if timing is None else timing.describe(int(batch), context),
     )
 
 
@@ -327,16 +348,20 @@ def spare_bytes_within(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstima
 
 
 def largest_batch_within_tpot(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
-                              context: float, tpot_s: float) -> int:
+                              context: float, tpot_s: float, timing: StepTiming | None = None) -> int:
     """The largest batch whose decode step takes at most ``tpot_s`` seconds (0 if none does).
 
-    Both times are linear in the batch, so each gives a bound in closed form::
+    With ``timing``, by bisection over its step time (:func:`planner.timing.largest_batch_within`).
+    The roofline's times are linear in the batch, so each gives a bound in closed form::
 
         memory:  B ≤ (tpot × bandwidth − weight bytes) ÷ (context × KV bytes per token)
         compute: B ≤ tpot × FLOP/s ÷ FLOPs per sequence
     """
     if not (tpot_s > 0 and math.isfinite(tpot_s)):
         raise ValueError(f"tpot_s must be a positive number, got {tpot_s!r}")
+    if timing is not None:
+        return largest_batch_within(lambda batch: timing.step_s(batch, context), tpot_s,
+                                    high=MAX_PLOTTED_BATCH * 1024)
     kv_bytes = context * model.kv_bytes_per_token_per_gpu
     spare_bytes = spare_bytes_within(model, gpu, estimate, tpot_s)
     by_memory = math.inf if kv_bytes == 0 else spare_bytes / kv_bytes
@@ -364,7 +389,8 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
                   tpot_target_s: float | None = None, ttft_target_s: float | None = None,
                   arrival_rate_per_s: float | None = None,
                   mean_output_tokens: float | None = None,
-                  kv_budget_bytes: float | None = None) -> CapacityPlan:
+                  kv_budget_bytes: float | None = None,
+                  timing: StepTiming | None = None) -> CapacityPlan:
     """Contiguous and paged operating points, the throughput curve and the limits that bind.
 
     Parameters
@@ -379,6 +405,7 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
         concurrency = rate × (TTFT + output tokens × TPOT)).
     kv_budget_bytes : the KV budget of one GPU when known from the engine (vLLM's "Available KV
         cache memory"); default: usable fraction × memory − weights per GPU.
+    timing : the step model that times every step and the prefill; default the roofline.
     """
     if tpot_target_s is not None and not (tpot_target_s > 0 and math.isfinite(tpot_target_s)):
         raise ValueError(f"tpot_target_s must be a positive number, got {tpot_target_s!r}")
@@ -390,15 +417,17 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
         budget = float(kv_budget_bytes)
     latency_batch = (None if tpot_target_s is None else
                      largest_batch_within_tpot(model, gpu, estimate, context=context,
-                                               tpot_s=tpot_target_s))
+                                               tpot_s=tpot_target_s, timing=timing))
     plans = {
         name: _allocator_plan(model, gpu, estimate, fit=fit, budget=budget,
                               context=context, latency_batch=latency_batch,
-                              tpot_target_s=tpot_target_s)
+                              tpot_target_s=tpot_target_s, timing=timing)
         for name, fit in (("contiguous", contiguous), ("paged", paged))
     }
-    ttft = prefill_seconds(model, gpu, estimate,
-                           prompt_tokens=context if prompt_tokens is None else prompt_tokens)
+    prompt = context if prompt_tokens is None else prompt_tokens
+    check_non_negative("prompt_tokens", prompt)
+    ttft = (prefill_seconds(model, gpu, estimate, prompt_tokens=prompt) if timing is None
+            else timing.prefill_s(prompt))
     concurrency = None
     if arrival_rate_per_s is not None:
         check_non_negative("arrival_rate_per_s", arrival_rate_per_s)
@@ -414,34 +443,37 @@ def plan_capacity(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *
         curve=throughput_curve(model, gpu, estimate, context=context,
                                max_batch=max(plans["paged"].memory_batch, latency_batch or 0, 1),
                                contiguous_batch=plans["contiguous"].memory_batch,
-                               paged_batch=plans["paged"].memory_batch),
+                               paged_batch=plans["paged"].memory_batch, timing=timing),
         required_concurrency=concurrency, arrival_rate_per_s=arrival_rate_per_s,
+        timing_model="roofline" if timing is None else "step model",
+        timing_label=f"roofline: {estimate.label}" if timing is None else timing.label,
     )
 
 
 def throughput_curve(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
                      context: float, max_batch: int, contiguous_batch: int,
-                     paged_batch: int) -> tuple[CurvePoint, ...]:
-    """TPOT and tokens/s at batch 1, 2, 4, ... up to ``max_batch`` (and the operating points)."""
+                     paged_batch: int, timing: StepTiming | None = None) -> tuple[CurvePoint, ...]:
+    """TPOT and tokens/s at batch 1, 2, 4, ... up to ``max_batch`` (and the operating points),
+    timed by ``timing`` when given, else by the roofline."""
     top = min(max(max_batch, 1), MAX_PLOTTED_BATCH)
     batches = {2**k for k in range(int(math.log2(top)) + 1)} | {top}
     batches |= {b for b in (contiguous_batch, paged_batch) if 1 <= b <= top}
     points = []
     for batch in sorted(batches):
-        step = decode_step(model, gpu, estimate, batch=batch, context=context)
+        step = decode_step(model, gpu, estimate, batch=batch, context=context, timing=timing)
         points.append(CurvePoint(batch=batch, tpot_s=step.step_s, tokens_per_s=step.tokens_per_s,
                                  tokens_per_s_per_gpu=step.tokens_per_s / model.tp,
                                  bound=step.bound, fits_contiguous=batch <= contiguous_batch,
-                                 fits_paged=batch <= paged_batch))
+                                 fits_paged=batch <= paged_batch, timing_model=step.timing_model))
     return tuple(points)
 
 
 def binding_limit_at(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *, batch: int,
-                     context: float, memory_batch: int,
-                     tpot_target_s: float | None = None) -> tuple[BindingLimit, str]:
+                     context: float, memory_batch: int, tpot_target_s: float | None = None,
+                     timing: StepTiming | None = None) -> tuple[BindingLimit, str]:
     """What limits a replica running ``batch`` sequences: the first constraint broken, else
     what the step time is made of. Returns the limit and a sentence saying it."""
-    step = decode_step(model, gpu, estimate, batch=batch, context=context)
+    step = decode_step(model, gpu, estimate, batch=batch, context=context, timing=timing)
     if batch > memory_batch:
         return "memory", (f"memory: {batch} sequences of {context:,.0f} tokens do not fit; the KV "
                           f"budget holds {memory_batch}.")
@@ -453,20 +485,24 @@ def binding_limit_at(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate
 
 def _allocator_plan(model: ModelCost, gpu: GpuSpec, estimate: BandwidthEstimate, *,
                     fit: AllocatorFit, budget: float, context: float,
-                    latency_batch: int | None, tpot_target_s: float | None) -> AllocatorPlan:
+                    latency_batch: int | None, tpot_target_s: float | None,
+                    timing: StepTiming | None) -> AllocatorPlan:
     memory_batch = int(fit.sequences) if budget > 0 else 0
     batch = memory_batch if latency_batch is None else min(memory_batch, latency_batch)
-    step = None if batch < 1 else decode_step(model, gpu, estimate, batch=batch, context=context)
+    step = (None if batch < 1 else
+            decode_step(model, gpu, estimate, batch=batch, context=context, timing=timing))
+    # The step model's batch-1 step says why a target is missed, only needed when it is.
+    one_step_s = timing.step_s(1, context) if timing is not None and latency_batch == 0 else None
     limit, words = _operating_limit(model, fit=fit, budget=budget, memory_batch=memory_batch,
-                                    latency_batch=latency_batch, step=step,
-                                    tpot_target_s=tpot_target_s)
+                                    latency_batch=latency_batch, step=step, tpot_target_s=tpot_target_s,
+                                    one_step_s=one_step_s)
     return AllocatorPlan(fit=fit, memory_batch=memory_batch, latency_batch=latency_batch,
                          step=step, tp=model.tp, binding_limit=limit, explanation=words)
 
 
 def _operating_limit(model: ModelCost, *, fit: AllocatorFit, budget: float, memory_batch: int,
-                     latency_batch: int | None, step: DecodeStep | None,
-                     tpot_target_s: float | None) -> tuple[BindingLimit, str]:
+                     latency_batch: int | None, step: DecodeStep | None, tpot_target_s: float | None,
+                     one_step_s: float | None) -> tuple[BindingLimit, str]:
     if budget <= 0:
         return "memory", ("memory: the weights alone fill the usable memory of each GPU; "
                           "use more tensor parallelism, smaller weights or a bigger GPU.")
@@ -474,8 +510,9 @@ def _operating_limit(model: ModelCost, *, fit: AllocatorFit, budget: float, memo
         return "memory", (f"memory: not one sequence fits the KV budget under {fit.label}.")
     if latency_batch is not None and latency_batch == 0:
         return "latency", (f"latency target: even one sequence misses the "
-                           f"{tpot_target_s * 1e3:g} ms TPOT target, since reading the weights "
-                           "alone takes longer.")
+                           f"{tpot_target_s * 1e3:g} ms TPOT target, since "
+                           + ("reading the weights alone takes longer." if one_step_s is None
+                              else f"its step alone takes {one_step_s * 1e3:.2f} ms by the step model."))
     assert step is not None
     if latency_batch is not None and latency_batch < memory_batch:
         return "latency", (f"latency target: the {tpot_target_s * 1e3:g} ms TPOT target caps the "
@@ -487,6 +524,8 @@ def _operating_limit(model: ModelCost, *, fit: AllocatorFit, budget: float, memo
 
 
 def _bound_sentence(model: ModelCost, step: DecodeStep) -> str:
+    if step.modelled_s is not None:
+        return step.words
     weight_share = model.weight_bytes_per_gpu / step.bytes_read if step.bytes_read else 0.0
     if step.bound == "bandwidth":
         return (f"bandwidth-bound: {step.bytes_read / 1e9:.2f} GB read per GPU per step "

@@ -3,7 +3,9 @@
 The page fills :class:`ServerInputs` and :class:`EdgeInputs` with what its widgets show (preset
 ids, milliseconds, vendor GB, hertz, 0 for "no target"); the conversions to the library's units
 (seconds, bytes, ``None``) happen here, once, so the page only draws and renders and its cache
-keys on one object per view.
+keys on one object per view. The picked model's config.json goes with the server request, so the
+step model times it as ``python -m planner --model`` does, under the engine settings the answer
+follows (CUDA graphs unless ``enforce_eager``, ``max_num_batched_tokens``, ``max_num_seqs``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from planner.plan import (
     run_edge_plan,
     run_plan,
 )
+from sizing.answer import EngineSettings
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION
 from sizing.precisions import get_precision
 from sizing.request import SizingRequest
@@ -52,6 +55,7 @@ class ServerInputs:
     tpot_ms: float = 0.0
     ttft_ms: float = 0.0
     rate_per_s: float = 0.0
+    engine_settings: EngineSettings = EngineSettings()  # the answer's vLLM settings, also the step model's
 
     def sizing_request(self, users: int) -> SizingRequest:
         """The sizer's request for the same deployment, for the answer: ``users`` requests of
@@ -61,9 +65,12 @@ class ServerInputs:
                              tp=self.tp, block_size=self.block_size)
 
     def to_request(self) -> PlanRequest:
-        """The :class:`PlanRequest` these values describe (ms → s; 0 → no target or rate)."""
+        """The :class:`PlanRequest` these values describe (ms → s; 0 → no target or rate), with
+        the preset's config.json for the step model."""
+        preset, engine = get_preset(self.model_id), self.engine_settings
         return PlanRequest(
-            model=get_preset(self.model_id).shape,
+            model=preset.shape, config=preset.config_bytes, cuda_graphs=not engine.enforce_eager,
+            chunk_tokens=engine.max_num_batched_tokens, max_num_seqs=engine.max_num_seqs,
             kv_precision=get_precision(self.kv_dtype, field="kv_dtype"),
             weight_precision=get_precision(self.weight_dtype, field="weight_dtype"),
             gpu=get_gpu(self.gpu_id), tp=self.tp, usable_fraction=self.usable,

@@ -32,8 +32,16 @@ in one batch); SGLang runs prompts as their own prefill batches between decode s
   (Little's law), solved by fixed-point iteration; ``f = rate × step`` prompts per step.
 
 The decode contexts are the mean over a request's life, ``input + output / 2``. Prompt
-attention is causal: ``input² / 2`` query–key pairs per prompt. Not modelled: the client's HTTP
-and tokenisation time, queueing behind a full KV cache, and the spread of TTFT inside a wave.
+attention is causal: ``input² / 2`` query–key pairs per prompt. Percentiles (P90, as the
+benchmarks print them, NumPy's linear interpolation) come from the burst wave, where requests
+differ by the chunk their prompt finished in: TTFT_j, TPOT_j and the pooled inter-token gaps
+(``t_chunk`` while prompts are still chunked, ``t_decode`` after). Not modelled: the client's
+HTTP and tokenisation time, queueing behind a full KV cache, and the spread of staggered and
+Poisson arrivals (their percentiles are None).
+
+:class:`StepModelTiming` hands the same step time to the capacity planner
+(:class:`planner.timing.StepTiming`), so the planner's TPOT, its TPOT cap and the figures here
+come from one function.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Literal
+
+import numpy as np
 
 from planner.step_model import ServingSetup, StepShape, StepTerms, step_time
 
@@ -112,6 +122,14 @@ class ServingPrediction:
     decode_step: StepTerms  # the steady decode step, term by term
     concurrency: float  # sequences decoding together (Little's law for Poisson runs)
     arrival: Arrival
+    p90_tpot_s: float | None = None  # burst waves only (see the module docstring)
+    p90_ttft_s: float | None = None
+    p90_itl_s: float | None = None
+
+    @property
+    def itl_s(self) -> float:
+        """Mean inter-token latency: with equal output lengths, the mean gap over all tokens = TPOT."""
+        return self.tpot_s
 
 
 def predict_benchmark(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec) -> ServingPrediction:
@@ -154,8 +172,9 @@ def mixes_prefill(setup: ServingSetup) -> bool:
 
 def _burst(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, concurrency: int) -> ServingPrediction:
     chunks = max(1, math.ceil(concurrency * spec.input_len / spec.chunk_tokens))
-    done_after = [math.ceil(j * spec.input_len / spec.chunk_tokens) for j in range(1, concurrency + 1)]
-    mean_chunk = sum(done_after) / concurrency
+    # c_j for j = 1 … concurrency, rising with j; an array, since a plan may run 10⁵ sequences.
+    done_after = np.ceil(np.arange(1, concurrency + 1) * spec.input_len / spec.chunk_tokens)
+    mean_chunk = float(done_after.mean())
     left = chunks - mean_chunk  # chunks a request decodes through after its first token
     # While a wave's prompts are chunked, the requests already past their chunk decode beside them.
     t_chunk = _prompt_step(shape, setup, spec, decode_batch=concurrency * (chunks - 1) // (2 * chunks),
@@ -165,9 +184,39 @@ def _burst(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, concurren
     overlap = min(left, steps)
     tpot = (overlap * t_chunk + (steps - overlap) * decode.total_s) / steps
     wave = chunks * t_chunk + steps * decode.total_s
+    # Request j: first token after chunk c_j, then min(n − c_j, steps) gaps of a chunk step.
+    chunk_gaps = np.minimum(chunks - done_after, steps)
+    tpots = (chunk_gaps * t_chunk + (steps - chunk_gaps) * decode.total_s) / steps
+    gaps_in_chunks = float(chunk_gaps.sum())
     return ServingPrediction(tpot_s=tpot, ttft_s=mean_chunk * t_chunk,
                              output_tokens_per_s=concurrency * spec.output_len / wave,
-                             decode_step=decode, concurrency=concurrency, arrival="burst")
+                             decode_step=decode, concurrency=concurrency, arrival="burst",
+                             p90_tpot_s=_p90_in_order(tpots), p90_ttft_s=_p90_in_order(done_after * t_chunk),
+                             p90_itl_s=_p90_of_two(decode.total_s, concurrency * steps - gaps_in_chunks,
+                                                   t_chunk, gaps_in_chunks))
+
+
+def _p90_in_order(values: np.ndarray) -> float:
+    """P90 (NumPy's linear interpolation) of values already in order, rising or falling — each
+    burst figure is monotone in c_j — without sorting them: position 0.9 × (n − 1) of the rising order."""
+    rising = values if values[0] <= values[-1] else values[::-1]
+    position = 0.9 * (len(rising) - 1)
+    low = int(position)
+    high = min(low + 1, len(rising) - 1)
+    return float(rising[low] + (position - low) * (rising[high] - rising[low]))
+
+
+def _p90_of_two(low: float, low_count: float, high: float, high_count: float) -> float:
+    """P90 (linear interpolation, NumPy's default) of ``low_count`` gaps of ``low`` seconds and
+    ``high_count`` of ``high``, without building the list: position 0.9 × (n − 1) of the sorted gaps."""
+    first, second = sorted(((low, low_count), (high, high_count)))
+    n = first[1] + second[1]
+    position = 0.9 * (n - 1)
+    if position <= first[1] - 1:
+        return first[0]
+    if position >= first[1]:
+        return second[0]
+    return first[0] + (position - (first[1] - 1)) * (second[0] - first[0])
 
 
 def _with_prompts(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec, batch: int,
@@ -212,3 +261,65 @@ def _poisson(shape: StepShape, setup: ServingSetup, spec: BenchmarkSpec) -> Serv
         concurrency = rate * (ttft + (spec.output_len - 1) * tpot)
     return ServingPrediction(tpot_s=tpot, ttft_s=ttft, output_tokens_per_s=rate * spec.output_len,
                              decode_step=decode, concurrency=concurrency, arrival="poisson")
+
+
+def prefill_seconds(shape: StepShape, setup: ServingSetup, *, prompt_tokens: float, chunk_tokens: int) -> float:
+    """One prompt of ``prompt_tokens`` prefilled alone, in ``⌈prompt ÷ chunk⌉`` steps of the
+    engine's token budget, its causal pairs shared evenly among them: the time to first token
+    with nothing else running (seconds). Every step samples one row, as vLLM V1 computes the
+    logits of each scheduled request and drops those of a prompt not yet whole."""
+    if not (prompt_tokens >= 0 and math.isfinite(prompt_tokens)):
+        raise ValueError(f"prompt_tokens must be a finite number ≥ 0, got {prompt_tokens!r}")
+    if prompt_tokens == 0:
+        return 0.0
+    chunks = max(1, math.ceil(prompt_tokens / chunk_tokens))
+    return chunks * step_time(shape, setup, decode_batch=0, context=prompt_tokens,
+                              prefill_tokens=prompt_tokens / chunks,
+                              prefill_pairs=prompt_tokens * prompt_tokens / 2 / chunks, prefill_requests=1).total_s
+
+
+# The step's terms as the planner's sentence names them, in StepTerms' order.
+_TERM_WORDS = (("attention_gemms_s", "attention GEMMs"), ("attention_s", "attention"), ("mlp_gemms_s", "MLP GEMMs"),
+               ("experts_s", "routed experts"), ("small_kernels_s", "small kernels"), ("allreduce_s", "all-reduce"),
+               ("lm_head_s", "LM head"), ("sampling_s", "sampling"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepModelTiming:
+    """The step model as the capacity planner's :class:`planner.timing.StepTiming`: decode steps
+    of :func:`planner.step_model.step_time` and prefill of :func:`prefill_seconds`. Plain values
+    only, so a plan that holds its figures can be pickled (the page caches plans)."""
+
+    shape: StepShape
+    setup: ServingSetup
+    chunk_tokens: int = 8192  # the engine's tokens per step, which a long prompt is chunked into
+
+    def __post_init__(self) -> None:
+        if isinstance(self.chunk_tokens, bool) or not isinstance(self.chunk_tokens, int) or self.chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be a whole number ≥ 1, got {self.chunk_tokens!r}")
+
+    @property
+    def label(self) -> str:
+        graphs = "CUDA graphs" if self.setup.cuda_graphs else "eager (no CUDA graphs)"
+        return (f"step model: {self.setup.engine}, {graphs}, {self.shape.weight_format} weights on "
+                f"{self.setup.gpu.name}, TP {self.shape.tp}")
+
+    def terms(self, batch: int, context: float) -> StepTerms:
+        return step_time(self.shape, self.setup, decode_batch=batch, context=context)
+
+    def step_s(self, batch: int, context: float) -> float:
+        return self.terms(batch, context).total_s
+
+    def prefill_s(self, prompt_tokens: float) -> float:
+        return prefill_seconds(self.shape, self.setup, prompt_tokens=prompt_tokens, chunk_tokens=self.chunk_tokens)
+
+    def describe(self, batch: int, context: float) -> str:
+        terms = self.terms(batch, context)
+        parts = sorted(((getattr(terms, name), words) for name, words in _TERM_WORDS if getattr(terms, name) > 0),
+                       reverse=True)
+        gpu = ", ".join(f"{words} {seconds * 1e3:.2f}" for seconds, words in parts)
+        text = f"{terms.total_s * 1e3:.2f} ms on each GPU by the step model ({gpu} ms"
+        if not self.setup.cuda_graphs:
+            bound = "they bind" if terms.host_s > terms.gpu_s else "the GPU's work binds"
+            text += f"; eager launches of {terms.kernels:,} kernels take {terms.host_s * 1e3:.2f} ms, {bound}"
+        return text + ")."

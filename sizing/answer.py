@@ -115,6 +115,32 @@ class AnswerOption:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AnswerTiming:
+    """The time per output token at the answer's batch: ``batch`` sequences of ``context`` tokens
+    on one replica. The sizer holds no step model, so the layers above it compute this
+    (``planner.plan.answer_timing``) and attach it; ``tpot_s`` is None, with ``reason``, when
+    the step model does not cover the layout."""
+
+    batch: int
+    context: int
+    tpot_s: float | None  # seconds
+    label: str  # what produced the figure, e.g. "step model: vllm, CUDA graphs, …"
+    reason: str = ""
+
+    @property
+    def line(self) -> str:
+        """``TPOT at the answer's batch: 12.34 ms (step model: …; 25 requests of 32,768 tokens per replica)``."""
+        where = f"{self.batch:,} request{'s' if self.batch != 1 else ''} of {self.context:,} tokens per replica"
+        if self.tpot_s is None:
+            return f"TPOT at the answer's batch: not timed ({self.reason}; {where})"
+        return f"TPOT at the answer's batch: {self.tpot_s * 1e3:.2f} ms ({self.label}; {where})"
+
+    def as_record(self) -> dict[str, Any]:
+        return {"tpot_s": self.tpot_s, "batch": self.batch, "context": self.context, "label": self.label,
+                "reason": self.reason, "line": self.line}
+
+
+@dataclass(frozen=True, kw_only=True)
 class Answer:
     """The deployment that serves the users, and how to launch it. ``gpus`` is None (and
     ``fits`` False) when nothing up to TP 8 × PP 16 holds one request."""
@@ -140,6 +166,9 @@ class Answer:
     options: tuple[AnswerOption, ...]
     notes: tuple[str, ...] = ()
     engine: EngineReport | None = None  # the engine's figures for one replica (its first stage)
+    # The TPOT at the load per replica, attached by the planner's surfaces (the sizer has no step
+    # model); kept out of ``as_dict``, which every surface prints alike, and shown on its own line.
+    timing: AnswerTiming | None = None
 
     @property
     def fits(self) -> bool:
@@ -385,4 +414,4 @@ def answer_for(report: SizingReport, settings: EngineSettings | None = None) -> 
                   vllm_command=vllm, sglang_command=sglang, notes=tuple(notes), engine=engine, **common)
 
 
-__all__ = ["MAX_PLANNED_UTILIZATION", "Answer", "AnswerOption", "EngineSettings", "answer_for"]
+__all__ = ["MAX_PLANNED_UTILIZATION", "Answer", "AnswerOption", "AnswerTiming", "EngineSettings", "answer_for"]

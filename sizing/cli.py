@@ -463,6 +463,8 @@ def format_answer(answer: Answer) -> list[str]:
         lines.append(f"  gpu_memory_utilization: {answer.planned_utilization:g} planned, "
                      f"{answer.required_utilization:g} needed for {answer.load_per_replica:,} requests per replica")
     lines += [f"  note: {n}" for n in answer.notes]
+    if answer.timing is not None:  # only where a step model was at hand (python -m planner)
+        lines.append(f"  {answer.timing.line}")
     if answer.vllm_command:
         lines += [f"  {answer.vllm_command}", f"  {answer.sglang_command}"]
     return lines

@@ -2,16 +2,20 @@
 deploy, whether the users fit, the rule followed and the commands that launch it.
 
 Both pages call :func:`render_answer` on the same object, so they show the same figures; the
-metric labels are the ones the browser and page tests read.
+metric labels are the ones the browser and page tests read. The answer's time per output token
+(:func:`planner.plan.answer_timing`, the planner's step model) is joined to it here, above the
+sizer, which cannot import the planner.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import streamlit as st
 
+from planner.plan import answer_timing
 from sizing.answer import Answer, EngineSettings, answer_for
 from sizing.engine.groups import GroupingRule
 from sizing.report import SizingRequest, size_deployment
@@ -26,15 +30,18 @@ ANSWER_REQUESTS = "Requests per replica"
 
 @st.cache_data(show_spinner=False, max_entries=256)
 def cached_answer(request: SizingRequest, settings: EngineSettings) -> Answer:
-    """The answer for the sizer's ``request`` under the engine ``settings`` (one call for both pages)."""
-    return answer_for(size_deployment(request), settings)
+    """The answer for the sizer's ``request`` under the engine ``settings`` (one call for both
+    pages), with its TPOT from the step model when the model has a config."""
+    report = size_deployment(request)
+    answer = answer_for(report, settings)
+    return replace(answer, timing=answer_timing(report, answer, settings))
 
 
 def engine_settings_controls(key: Callable[[str], str], value: Callable[[str], Any]) -> EngineSettings:
     """The planner's engine settings for the answer, in an expander (its fields are declared on
     the page: gpu_memory_utilization, max_num_batched_tokens, max_num_seqs, engine_rule,
     vllm_before_021); the settings they hold."""
-    with st.expander("Engine settings (for the answer)"):
+    with st.expander("Engine settings (for the answer and the step model)"):
         st.number_input("gpu_memory_utilization", 0.05, 1.0, step=0.01, key=key("gpu_memory_utilization"))
         st.number_input("max_num_batched_tokens", 16, 1 << 20, step=1024, key=key("max_num_batched_tokens"))
         st.number_input("max_num_seqs", 1, 1 << 16, step=16, key=key("max_num_seqs"))
@@ -61,6 +68,8 @@ def render_answer(answer: Answer, *, key: str) -> None:
     if answer.fits:
         st.success(f"{answer.summary}.", icon=":material/check_circle:")
     st.caption(f"Rule: {answer.rule}.")
+    if answer.timing is not None:
+        st.caption(f":material/timer: {answer.timing.line}.")
     if answer.fits and answer.basis == "vllm":
         st.caption(f"`--gpu-memory-utilization {answer.planned_utilization:g}` planned; "
                    f"{answer.required_utilization:g} is what {answer.load_per_replica:,} requests per replica need.")

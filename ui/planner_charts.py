@@ -34,7 +34,8 @@ def allocator_rows(plan: CapacityPlan) -> list[dict]:
 def server_figure(plan: CapacityPlan) -> go.Figure:
     """Tokens/s per GPU and TPOT against batch, the allocators' operating points marked."""
     figure = make_subplots(rows=1, cols=2, subplot_titles=(
-        "Throughput per GPU against batch", "Time per output token against batch"))
+        f"Throughput per GPU against batch ({plan.timing_model})",
+        f"Time per output token against batch ({plan.timing_model})"))
     batches = [p.batch for p in plan.curve]
     figure.add_trace(go.Scatter(x=batches, y=[p.tokens_per_s_per_gpu for p in plan.curve],
                                 mode="lines+markers", name="tokens/s per GPU"), row=1, col=1)

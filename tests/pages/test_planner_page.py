@@ -14,6 +14,9 @@ from kernels.bench.records import (
     Target,
     report_to_json,
 )
+from hardware.gpus import get_gpu
+from planner.step_model import ServingSetup, step_shape, step_time
+from sizing.catalogue import get_entry
 from sizing.report import Handoff
 from support.apptest import metric_text, open_page, texts
 
@@ -22,10 +25,20 @@ HANDOFF_KEY = "handoff.sizer"  # where ui.handoff.publish keeps the sizer's late
 
 # The reference page's problem 4 set-up with every sequence at 2,048 tokens and the datasheet:
 # 3,084,716 KV slots per GPU (see tests/planner/test_cli.py) → 94 contiguous (32K each),
-# 1,506 paged; a 10 ms TPOT target caps the paged batch at 539 (compute-bound).
+# 1,506 paged. The catalogue model is timed by the step model: its Llama-3.1-70B config at TP 8,
+# every linear layer in FP8, 1-byte KV, vLLM with CUDA graphs (the page's engine defaults).
 REFERENCE_URL = {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "gpu": "h100-sxm", "tp": "8",
                  "traffic": "fixed", "length": "2048", "source": "datasheet", "tpot": "10",
                  "maxctx": "32768"}
+H100 = get_gpu("h100-sxm")
+LLAMA70_FP8_TP8 = step_shape(get_entry("llama-3.1-70b").config_bytes, tp=8, gpu=H100, weight_format="fp8",
+                             kv_bytes=1.0)
+VLLM_GRAPHS = ServingSetup(gpu=H100)
+
+
+def _step_ms(batch: int) -> float:
+    """The step model's decode step of ``batch`` sequences of 2,048 tokens, in ms."""
+    return step_time(LLAMA70_FP8_TP8, VLLM_GRAPHS, decode_batch=batch, context=2048).total_s * 1e3
 
 
 def _open(query: dict[str, str] | None = None, state: dict | None = None) -> AppTest:
@@ -50,12 +63,37 @@ def test_opens_with_defaults_and_shows_both_allocators():
 
 
 def test_reference_url_reproduces_hand_figures():
+    memory = _open({**REFERENCE_URL, "tpot": "0"})  # no target: memory alone caps each batch
+    assert _metric(memory, "Users per replica, contiguous") == "94"  # 11.75 per GPU of the TP-8 replica
+    assert _metric(memory, "Users per replica, paged") == "1,506"
+    assert _metric(memory, "TPOT at the paged batch") == f"{_step_ms(1506):,.1f} ms"
+    # 10 ms: every batch the step model keeps within it, found by walking up from one sequence
+    cap = max(b for b in range(1, 1507) if _step_ms(b) <= 10.0)
     at = _open(REFERENCE_URL)
-    assert _metric(at, "Users per replica, contiguous") == "94"  # 11.75 per GPU of the TP-8 replica
-    assert _metric(at, "Users per replica, paged") == "539"  # 67.4 per GPU
-    assert _metric(at, "Users per node, paged") == "539"  # one TP-8 replica per node
-    assert _metric(at, "TPOT at the paged batch") == "10.0 ms"
-    assert any("caps the batch at 539" in md.value for md in at.markdown)
+    assert _metric(at, "Users per replica, paged") == f"{cap:,}"
+    assert _metric(at, "Users per replica, contiguous") == f"{min(94, cap):,}"
+    assert _metric(at, "Users per node, paged") == f"{cap:,}"  # one TP-8 replica per node
+    assert _metric(at, "TPOT at the paged batch") == f"{_step_ms(cap):,.1f} ms"
+    paging = next(md.value for md in at.markdown if md.value.startswith("**What limits paging"))
+    assert f"caps the batch at {cap} " in paging
+    label = "step model: vllm, CUDA graphs, fp8 weights on H100 SXM, TP 8"
+    assert f"TPOT and TTFT timed by the {label}" in texts(at.caption)
+    assert label in next(m for m in at.metric if m.label == "TPOT at the paged batch").help
+
+
+def test_the_serving_prediction_is_shown_at_the_paged_batch():
+    from planner.serving import BenchmarkSpec, predict_benchmark
+
+    at = _open({**REFERENCE_URL, "length": "1024", "tpot": "0"})
+    paged = int(_number(_metric(at, "Users per replica, paged")))
+    # same-length requests of 1,023 prompt tokens and 1 output (decoded as 2: TPOT needs two), in waves
+    expected = predict_benchmark(LLAMA70_FP8_TP8, VLLM_GRAPHS,
+                                 BenchmarkSpec(input_len=1023, output_len=2, concurrency=paged))
+    assert _metric(at, "Mean TPOT (serving)") == f"{expected.tpot_s * 1e3:,.1f} ms"
+    assert _metric(at, "Mean TTFT (serving)") == f"{expected.ttft_s * 1e3:,.1f} ms"
+    ttft = next(m for m in at.metric if m.label == "Mean TTFT (serving)")
+    assert ttft.help == f"P90 {expected.p90_ttft_s * 1e3:,.1f} ms"
+    assert "decode 2 (TPOT needs two)" in texts(at.caption)
 
 
 def test_tighter_tpot_serves_fewer_users_and_looser_more():
@@ -167,13 +205,17 @@ def _valid_bench_json(decode_tbps: float) -> str:
 
 
 def test_a_harness_run_in_session_state_is_used_and_labelled():
-    # at the datasheet the reference batch of 539 takes 10 ms; reading at half speed takes longer
-    fast = _open({**REFERENCE_URL, "source": "datasheet", "tpot": "0"})
-    slow = _open({**REFERENCE_URL, "source": "measured", "tpot": "0"},
-                 state={"planner.bench_json": _valid_bench_json(2.4).encode()})  # 2.4 / 4.8 = 0.5
+    # Reading at half the datasheet's speed slows the edge view's roofline step; the server view's
+    # catalogue model is timed by the step model, whose rates are its own measured ones.
+    query = {**REFERENCE_URL, "tpot": "0"}
+    bench = {"planner.bench_json": _valid_bench_json(2.4).encode()}  # 2.4 / 4.8 = 0.5
+    fast, slow = _open({**query, "source": "datasheet"}), _open({**query, "source": "measured"}, state=bench)
     assert any("Harness run on this GPU" in info.value for info in slow.info)
-    assert _number(_metric(slow, "TPOT at the paged batch")) > _number(
-        _metric(fast, "TPOT at the paged batch"))
+    assert _metric(slow, "TPOT at the paged batch") == _metric(fast, "TPOT at the paged batch")
+    fast_edge = _open({**query, "source": "datasheet", "tab": "edge"})
+    slow_edge = _open({**query, "source": "measured", "tab": "edge"}, state=bench)
+    assert _number(_metric(slow_edge, "Decode step at that context")) > _number(
+        _metric(fast_edge, "Decode step at that context"))
 
 
 def test_edge_view_more_perception_memory_means_less_history():
@@ -230,11 +272,12 @@ def test_users_gain_beyond_the_throughput_gain_is_explained():
     assert _metric(at, "TPOT at the paged batch") in why
 
 
-def test_fp8_weights_say_their_matmuls_are_costed_at_the_bf16_rate():
-    fp8 = " ".join(c.value for c in _open(REFERENCE_URL).caption)
-    assert "FP8 weights are read at their own size, but their matmuls are costed at the BF16 rate" in fp8
-    bf16 = " ".join(c.value for c in _open({**REFERENCE_URL, "w": "bf16"}).caption)
-    assert "costed at the BF16 rate" not in bf16 and "BF16 matmul rate" in bf16
+def test_the_step_caption_names_the_step_model_not_the_roofline():
+    # A catalogue model's steps come from the step model, which times FP8 GEMMs on their own
+    # curve: the roofline's caveat about BF16-rate matmuls does not apply.
+    for weights in ("fp8", "bf16"):
+        text = " ".join(c.value for c in _open({**REFERENCE_URL, "w": weights}).caption)
+        assert "Decode step = the step model's kernels" in text and "costed at the BF16 rate" not in text
 
 
 def test_the_active_tab_is_in_the_url():
@@ -252,3 +295,18 @@ def test_the_gain_note_asks_for_a_target_only_when_none_is_set():
     assert "100.0 ms target is looser than both steps" in why
     unset = _open({**REFERENCE_URL, "tpot": "0"})
     assert "Set a TPOT target" in next(md.value for md in unset.markdown if md.value.startswith("**Why "))
+
+
+def test_both_pages_show_the_answers_tpot_from_the_step_model():
+    from planner.plan import answer_timing
+    from sizing.answer import answer_for
+    from sizing.report import SizingRequest, size_deployment
+
+    report = size_deployment(SizingRequest(model="llama-3.1-70b", kv_dtype="fp8", weight_dtype="fp8", context=32_768,
+                                           users=100, gpu="h100-sxm", tp=8))
+    line = answer_timing(report, answer_for(report)).line
+    assert line.startswith("TPOT at the answer's batch: ") and "step model: vllm" in line
+    assert line in texts(_open(REFERENCE_URL).caption)
+    sizer = open_page("1_sizer.py", {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "ctx": "32768",
+                                     "users": "100", "gpu": "h100-sxm", "tp": "8", "ngpu": "8"})
+    assert line in texts(sizer.caption)

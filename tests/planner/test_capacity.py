@@ -285,3 +285,61 @@ def test_operating_points_respect_memory_and_target_and_paging_never_loses(
         assert allocator.binding_limit in ("memory", "latency")
     # more sequences held never lowers throughput: B / (a + bB) grows with B
     assert plan.paged.tokens_per_s >= plan.contiguous.tokens_per_s * (1 - 1e-12)
+
+
+# --- a step model in place of the roofline -------------------------------------------------------
+class HandTiming:
+    """A :class:`planner.timing.StepTiming` written out by hand: 4 ms plus 1 ns per cached token
+    read (``batch × context``), and 1 µs per prompt token."""
+
+    label = "hand step: 4 ms + 1 ns per cached token"
+
+    def step_s(self, batch: int, context: float) -> float:
+        return 0.004 + batch * context * 1e-9
+
+    def prefill_s(self, prompt_tokens: float) -> float:
+        return prompt_tokens * 1e-6
+
+    def describe(self, batch: int, context: float) -> str:
+        return f"{self.step_s(batch, context) * 1e3:.3f} ms by the hand formula."
+
+
+def test_a_step_timing_sets_the_tpot_cap_the_steps_and_the_curve():
+    contiguous = AllocatorFit(allocator="contiguous-max", label="c", sequences=100, utilisation=0.5)
+    paged = AllocatorFit(allocator="paged", label="p", sequences=10_000, utilisation=0.99)
+    plan = plan_capacity(TOY, TOY_GPU, DATASHEET, contiguous=contiguous, paged=paged, context=1000,
+                         prompt_tokens=500, tpot_target_s=0.0100005, timing=HandTiming())
+    # the cap: (0.0100005 − 0.004) ÷ (1,000 tokens × 1e-9) = 6,000.5 → 6,000 sequences, under the 10,000 that fit
+    assert plan.paged.latency_batch == 6000 and plan.paged.batch == 6000
+    assert plan.paged.binding_limit == "latency"
+    assert plan.paged.step.step_s == 0.004 + 6000 * 1000 * 1e-9  # 10 ms
+    assert plan.paged.tokens_per_s == 6000 / plan.paged.step.step_s
+    assert "caps the batch at 6000" in plan.paged.explanation and "by the hand formula" in plan.paged.explanation
+    # contiguous: memory's 100 sequences, 4 + 0.1 ms
+    assert plan.contiguous.batch == 100 and plan.contiguous.step.step_s == 0.004 + 100 * 1000 * 1e-9
+    # TTFT: 500 prompt tokens × 1 µs
+    assert plan.ttft_s == 500e-6
+    assert plan.timing_model == "step model" and plan.timing_label == HandTiming.label
+    # the curve: 1, 2, 4, … up to 8,192 (the plotted top) and the contiguous operating point, each timed by hand
+    assert [p.batch for p in plan.curve] == sorted({2**k for k in range(14)} | {100})
+    for point in plan.curve:
+        assert point.tpot_s == 0.004 + point.batch * 1000 * 1e-9
+        assert point.tokens_per_s == point.batch / point.tpot_s and point.timing_model == "step model"
+    # the bytes and FLOPs stay the roofline's: (1e9 + 6,000 × 1,000 × 1,000 B) ÷ 1e12 B/s = 7 ms
+    assert plan.paged.step.memory_s == pytest.approx(7e-3)
+
+
+def test_a_step_timing_that_misses_the_target_at_one_sequence_says_its_step():
+    fit = AllocatorFit(allocator="paged", label="p", sequences=50, utilisation=1.0)
+    plan = plan_capacity(TOY, TOY_GPU, DATASHEET, contiguous=fit, paged=fit, context=1000,
+                         tpot_target_s=0.003, timing=HandTiming())
+    # batch 1: 4 ms + 1 µs > 3 ms
+    assert plan.paged.batch == 0 and plan.paged.binding_limit == "latency"
+    assert "its step alone takes 4.00 ms by the step model" in plan.paged.explanation
+
+
+def test_the_roofline_says_so_when_it_times_the_plan():
+    fit = AllocatorFit(allocator="paged", label="p", sequences=50, utilisation=1.0)
+    plan = plan_capacity(TOY, TOY_GPU, DATASHEET, contiguous=fit, paged=fit, context=1000)
+    assert plan.timing_model == "roofline" and plan.timing_label == f"roofline: {DATASHEET.label}"
+    assert all(p.timing_model == "roofline" for p in plan.curve)

@@ -100,3 +100,45 @@ def test_a_benchmark_names_exactly_one_load():
         BenchmarkSpec(input_len=10, output_len=10, concurrency=1, request_rate=1.0)
     with pytest.raises(ValueError, match="output_len"):
         BenchmarkSpec(input_len=10, output_len=1, concurrency=1)
+
+
+def test_a_burst_waves_p90s_are_its_requests_and_gaps():
+    # 16 prompts of 1,024 in 2 chunks of 8,192: requests 1–8 get their first token after chunk 1
+    # and decode one gap through chunk 2; requests 9–16 after chunk 2, with no chunk gap.
+    import numpy as np
+
+    spec = BenchmarkSpec(input_len=1024, output_len=101, concurrency=16)
+    got = predict_benchmark(LLAMA, VLLM, spec)
+    context = 1024 + 50.5
+    t_chunk = _prompt(VLLM, batch=16 * 1 // 4, tokens=8192, input_len=1024, context=context)
+    t_decode = step_time(LLAMA, VLLM, decode_batch=16, context=context).total_s
+    ttfts = [t_chunk] * 8 + [2 * t_chunk] * 8
+    tpots = [(t_chunk + 99 * t_decode) / 100] * 8 + [t_decode] * 8
+    gaps = [t_chunk] * 8 + [t_decode] * (16 * 100 - 8)  # every inter-token gap of the wave
+    assert got.p90_ttft_s == pytest.approx(np.percentile(ttfts, 90))
+    assert got.p90_tpot_s == pytest.approx(np.percentile(tpots, 90))
+    assert got.p90_itl_s == pytest.approx(np.percentile(gaps, 90))
+    assert got.itl_s == got.tpot_s
+
+
+def test_staggered_and_poisson_runs_give_no_percentiles():
+    staggered = predict_benchmark(LLAMA, VLLM, BenchmarkSpec(input_len=1000, output_len=1000, concurrency=32,
+                                                             lengths_vary=True))
+    poisson = predict_benchmark(LLAMA, VLLM, BenchmarkSpec(input_len=512, output_len=128, request_rate=16.0))
+    for got in (staggered, poisson):
+        assert (got.p90_tpot_s, got.p90_ttft_s, got.p90_itl_s) == (None, None, None)
+
+
+def test_the_planners_step_timing_is_the_step_model():
+    from planner.serving import StepModelTiming, prefill_seconds
+
+    timing = StepModelTiming(shape=LLAMA, setup=VLLM, chunk_tokens=2048)
+    assert timing.step_s(64, 3000) == step_time(LLAMA, VLLM, decode_batch=64, context=3000).total_s
+    assert timing.label == "step model: vllm, CUDA graphs, bf16 weights on H100 SXM, TP 1"
+    # a 5,000-token prompt alone: 3 chunks of 1,666.7 tokens, each with a third of the 5,000² / 2 pairs
+    chunk = step_time(LLAMA, VLLM, decode_batch=0, context=5000, prefill_tokens=5000 / 3,
+                      prefill_pairs=5000 * 5000 / 2 / 3, prefill_requests=1).total_s
+    assert timing.prefill_s(5000) == prefill_seconds(LLAMA, VLLM, prompt_tokens=5000, chunk_tokens=2048) == 3 * chunk
+    assert timing.describe(64, 3000).startswith(f"{timing.step_s(64, 3000) * 1e3:.2f} ms on each GPU by the step model")
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        StepModelTiming(shape=LLAMA, setup=VLLM, chunk_tokens=0)
