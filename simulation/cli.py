@@ -334,7 +334,7 @@ def _prefix_report(result: TimelineResult) -> dict[str, object]:
 def _estimate(workload: Workload, config: TimelineConfig) -> RunEstimate:
     segments = sum(map(len, workload.content.segments)) if workload.content is not None else 0
     return workload_estimate(workload.prompt_tokens, segments=segments, block_size=config.block_size,
-                             prefix_caching=config.prefix_caching)
+                             prefix_caching=config.prefix_caching, swap=config.preemption == "swap")
 
 
 def _timeline(args: argparse.Namespace) -> dict[str, object]:

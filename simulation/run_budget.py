@@ -19,8 +19,12 @@ requests/s; the 506 GB budget and a 100,000-token one that preempts; each alloca
 caching and swap) took 10-52 µs a request, the most with prefix caching on the tight budget
 (~7,000 preemptions); the default settings take 10-15 µs. With shared content each prompt block
 hashed and looked up added ~6 µs under the step-by-step engine that came before (1-2.3 µs
-measured with the event engine; the bound is kept). A run estimated past
-``MAX_ESTIMATED_SECONDS`` is refused before it starts.
+measured with the event engine; the bound is kept). So the cost a request is estimated at
+depends on what the run does; measured over 100,000 requests of the CLI's default workload
+(wall time with the interpreter's start): without prefix caching 4-25 µs a request (the most:
+swap preemption on a 100,000-token budget at 1,000 requests/s, 3.0 s), with prefix caching 11-28
+µs recomputing preempted requests and 205 µs swapping them (20.5 s on that budget). A run
+estimated past ``MAX_ESTIMATED_SECONDS`` is refused before it starts.
 
 The other bounds are set where a run still fits well under a GB: 4 million segments (a
 5-million-segment workload peaked at 0.86 GB) and 20 million prompt blocks. A deadline
@@ -36,12 +40,16 @@ import numpy as np
 
 from inputs.errors import InputError
 
-__all__ = ["MAX_SEGMENTS", "MAX_PROMPT_BLOCKS", "MAX_ESTIMATED_SECONDS", "MAX_RUN_SECONDS", "DEADLINE_EVERY", "RunEstimate", "RunBudgetExceeded",
+__all__ = ["MAX_SEGMENTS", "MAX_PROMPT_BLOCKS", "SECONDS_PER_REQUEST", "PREFIX_SECONDS_PER_REQUEST",
+           "PREFIX_SWAP_SECONDS_PER_REQUEST", "MAX_ESTIMATED_SECONDS", "MAX_RUN_SECONDS", "DEADLINE_EVERY", "RunEstimate", "RunBudgetExceeded",
            "prefix_estimate", "workload_estimate", "check_estimate", "Deadline"]
 
 MAX_SEGMENTS = 4_000_000
 MAX_PROMPT_BLOCKS = 20_000_000
-SECONDS_PER_REQUEST = 55e-6  # the most seen: 52 µs a request (see the module notes), rounded up
+# Seconds a request at most (see the module notes), the most seen of each kind rounded up.
+SECONDS_PER_REQUEST = 30e-6  # no prefix caching: 25 µs
+PREFIX_SECONDS_PER_REQUEST = 55e-6  # prefix caching, preempted requests recomputed: 52 µs (the earlier notes)
+PREFIX_SWAP_SECONDS_PER_REQUEST = 250e-6  # prefix caching with swap preemption: 205 µs
 SECONDS_PER_PROMPT_BLOCK = 6e-6  # measured under the step-by-step engine; an upper bound now
 MAX_ESTIMATED_SECONDS = 45.0
 MAX_RUN_SECONDS = 60.0
@@ -55,11 +63,12 @@ class RunEstimate:
     requests: int
     segments: int  # prompt segments of the workload's content (0 without content)
     prompt_blocks: int  # full prompt blocks prefix caching hashes (0 without caching or shared content)
+    seconds_per_request: float = PREFIX_SECONDS_PER_REQUEST  # by what the run does (module notes)
 
     @property
     def seconds(self) -> float:
         """Wall time the run is expected to take at most on a 2-core machine (see the module notes)."""
-        return self.requests * SECONDS_PER_REQUEST + self.prompt_blocks * SECONDS_PER_PROMPT_BLOCK
+        return self.requests * self.seconds_per_request + self.prompt_blocks * SECONDS_PER_PROMPT_BLOCK
 
 
 class RunBudgetExceeded(InputError):
@@ -84,14 +93,18 @@ def prefix_estimate(*, requests: int, turns: int, system_tokens: int, user_token
 
 
 def workload_estimate(prompt_tokens: np.ndarray, *, segments: int, block_size: int, prefix_caching: bool,
-                      per_block: bool | None = None) -> RunEstimate:
-    """The cost of a built workload: its requests, its content's segments and, when prefix
+                      per_block: bool | None = None, swap: bool = False) -> RunEstimate:
+    """The cost of a built workload: its requests (each at the cost of what the run does:
+    prefix caching, and ``swap`` preemption with it), its content's segments and, when prefix
     caching hashes every block, its full prompt blocks. ``per_block`` says whether it does: with
     shared content (``segments`` > 0), a CPU tier or swap preemption; None: with content."""
     per_block = segments > 0 if per_block is None else per_block
     hashed = prefix_caching and per_block
     blocks = int(np.sum(np.asarray(prompt_tokens, dtype=np.int64) // max(1, block_size))) if hashed else 0
-    return RunEstimate(requests=int(np.asarray(prompt_tokens).size), segments=segments, prompt_blocks=blocks)
+    per_request = (SECONDS_PER_REQUEST if not prefix_caching else
+                   PREFIX_SWAP_SECONDS_PER_REQUEST if swap else PREFIX_SECONDS_PER_REQUEST)
+    return RunEstimate(requests=int(np.asarray(prompt_tokens).size), segments=segments, prompt_blocks=blocks,
+                       seconds_per_request=per_request)
 
 
 def check_estimate(estimate: RunEstimate, *, requests: str, turns: str | None = None,

@@ -11,7 +11,7 @@ import pytest
 
 from simulation import cli
 from simulation.prefix_workloads import PrefixScenario, prefix_workload
-from simulation.run_budget import RunBudgetExceeded, check_estimate, prefix_estimate
+from simulation.run_budget import RunBudgetExceeded, check_estimate, prefix_estimate, workload_estimate
 
 CASES = [
     # block size 1, short turns, long conversations: 10^8 segments
@@ -22,8 +22,10 @@ CASES = [
      "--turns"),
     # every token its own cache block
     (["prefix", "--requests", "100000", "--user-tokens", "1000", "--block-size", "1"], "--block-size"),
-    # a million requests over time: minutes of stepping
-    (["timeline", "--n", "1000000", "--rate", "100"], "--n"),
+    # a million requests over time with prefix caching swapping preempted ones: minutes of events
+    (["timeline", "--n", "1000000", "--rate", "100", "--prefix-caching", "--preempt", "swap"], "--n"),
+    # two million: past the option's own bound (a million)
+    (["timeline", "--n", "2000000", "--rate", "100"], "--n"),
 ]
 
 
@@ -59,3 +61,17 @@ def test_runs_together_are_held_to_one_budget():
     with pytest.raises(RunBudgetExceeded, match="Block size: 2 runs of 2,000 requests"):
         check_estimate(est, requests="Requests", turns="Turns", block_size="Block size", runs=2,
                        max_seconds=1.5 * est.seconds)
+
+
+def test_a_request_costs_what_the_run_does_with_it():
+    import numpy as np
+
+    prompts = np.full(1_000_000, 1024)
+    plain = workload_estimate(prompts, segments=0, block_size=16, prefix_caching=False)
+    cached = workload_estimate(prompts, segments=0, block_size=16, prefix_caching=True)
+    swapped = workload_estimate(prompts[:100_000], segments=0, block_size=16, prefix_caching=True, swap=True)
+    # 1,000,000 x 30 us = 30 s (measured: 8.8 s at 50 requests/s); x 55 us = 55 s; 100,000 x 250 us = 25 s.
+    assert (plain.seconds, cached.seconds, swapped.seconds) == pytest.approx((30.0, 55.0, 25.0))
+    check_estimate(plain, requests="--n")
+    with pytest.raises(RunBudgetExceeded, match="about 55 s"):
+        check_estimate(cached, requests="--n")
