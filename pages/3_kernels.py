@@ -39,6 +39,7 @@ from kernels.bench.shipped import RESULTS_DIR, find_shipped_results  # noqa: E40
 from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
 from ui.kernel_controls import sidebar, tabs, view_state  # noqa: E402
 from ui.kernel_families import families_section  # noqa: E402
+from ui.kernel_mla import mla_section  # noqa: E402
 from ui.kernel_results import results_tab  # noqa: E402
 from ui.kernel_tabs import check_tab, memory_tab, page_size_tab, roofline_tab, softmax_tab, sweep_tab  # noqa: E402
 from ui.kernel_theory import REFERENCE_PAGE  # noqa: E402
@@ -193,6 +194,7 @@ if result is not None:
         sweep_tab(report, result, request.kernel)
 with tab_res:
     families_section()  # from the shipped families run, on any machine
+    mla_section()  # from the shipped MLA decode run, on any machine
 with tab_softmax:
     softmax_tab()
 with tab_check:

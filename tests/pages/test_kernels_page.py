@@ -538,3 +538,42 @@ def test_the_shipped_families_run_is_shown_without_a_gpu():
                    and "sinks_overhead" in set(d.value["Target"])).set_index("Target")
     assert targets.loc["sinks_overhead", "Met"] == "no" and targets.loc["sliding_decode_vs_full", "Met"] == "no"
     assert targets.loc["sliding_decode_vs_window_full", "Met"] == "yes"
+
+
+def test_the_shipped_mla_run_is_shown_without_a_gpu():
+    shipped = RESULTS_DIR / "mla" / "mla-h200-2026-12-04.json"
+    raw = json.loads(shipped.read_text())
+    at = _shipped_app()
+    assert not at.exception
+    frame = next(d.value for d in at.dataframe if "SGLang Triton best (µs)" in d.value.columns)
+    assert len(frame) == len(raw["results"])  # 24 shapes: 6 batch x context, 128 and 16 heads, bf16 and FP8
+    row = frame[(frame["Shape"] == "B=64 L=4096 H=128") & (frame["Latent"] == "bf16")].iloc[0]
+    # Expected cells from the file by hand: bound = max(latent bytes / copy, FLOPs / matmul), with
+    # bytes = B x L x (512 + 64) x 2 and FLOPs = 2 x B x L x H x (2 x 512 + 64).
+    r = next(r for r in raw["results"] if r["shape"] == {"batch": 64, "context": 4096, "n_heads": 128,
+                                                          "kv_lora_rank": 512, "rope_dim": 64, "block_size": 64,
+                                                          "kv": "bf16"})
+    ms = {m["contender"]: m["median_ms"] for m in r["measurements"]}
+    c = raw["ceilings"]
+    bound_ms = max(64 * 4096 * 576 * 2 / (c["copy_tbps"] * 1e9),
+                   2 * 64 * 4096 * 128 * 1088 / (c["matmul_tflops"] * 1e9))
+    peer_ms = min(ms["sglang_triton_8"], ms["sglang_triton_16"])
+    rate = next(m["rate"] for m in r["measurements"] if m["contender"] == "mla")
+    assert row["Ours (µs)"] == f"{ms['mla'] * 1e3:,.1f}" == "384.5"
+    assert row["TFLOP/s"] == f"{rate:,.0f}" == "190"
+    assert row["Share of bound"] == f"{bound_ms / ms['mla']:.2f}" == "0.27"
+    assert row["SGLang Triton best (µs)"] == f"{peer_ms * 1e3:,.1f}" == "1,225.7"
+    assert row["Ours ÷ SGLang (speed)"] == f"{peer_ms / ms['mla']:.2f}×" == "3.19×"
+    fp8 = frame[(frame["Shape"] == "B=64 L=4096 H=128") & (frame["Latent"] == "fp8")].iloc[0]
+    assert fp8["SGLang Triton best (µs)"] == "—" and fp8["Ours ÷ SGLang (speed)"] == "—"  # the peer skipped FP8
+    targets = next(d.value for d in at.dataframe if "Where" in d.value.columns).set_index("Target")
+    met = dict(zip(targets.index, targets["Met"]))
+    assert met == {"Share of the ceilings' bound, 128 heads, bf16 latent, B ≥ 64, L ≥ 4K (worst shape)": "no",
+                   "Speed vs SGLang's Triton MLA decode, best of 8 and 16 splits, bf16 (worst shape)": "yes"}
+    text = _texts(at.caption)
+    # 2 x 128 x 1088 FLOPs over 576 x 2 B = 241.8 per byte; 708.18 TFLOP/s / 4.2510 TB/s = 166.6.
+    per_byte, balance = 2 * 128 * 1088 / (576 * 2), c["matmul_tflops"] / c["copy_tbps"]
+    assert f"does {per_byte:.0f} FLOPs per bf16 latent byte, past the {balance:.0f}" in text
+    assert "242 FLOPs" in text and "the 167 this GPU" in text and "at 16 heads it does 30" in text
+    assert "driver 580.159.04" in text and "commit b4a104c" in text
+    assert "`python -m kernels.bench --mla --json mla-h200-2026-12-04.json`" in text and "/root/" not in text
