@@ -25,10 +25,16 @@ from sizing.engine.capacity import (
     EngineRequest,
     plan_engine,
 )
-from sizing.engine.groups import GroupingRule
+from sizing.engine.groups import (
+    DEFAULT_ATTENTION_BACKEND,
+    KERNEL_BLOCK_ALIGNMENT,
+    MAX_KERNEL_BLOCK_ALIGNMENT,
+    GroupingRule,
+)
 from sizing.engine.memory import ActivationShape
 from sizing.errors import NoKVRoom
 from sizing.hf_config import MAX_CONFIG_BYTES
+from sizing.layers import MAX_SPECULATIVE_TOKENS
 from sizing.presets import DEFAULT_PRESET
 from units import GiB
 
@@ -38,12 +44,17 @@ BATCHED_TOKENS = Bound(field="max_num_batched_tokens", low=1, high=1 << 24, inte
 NUM_SEQS = Bound(field="max_num_seqs", low=1, high=1 << 20, integer=True, unit="sequences")
 GIB_PER_GPU = Bound(field="gib", low=0, high=100_000, unit="GiB")
 TOTAL_GIB = Bound(field="gpu_total_gib", low=0.001, high=100_000, unit="GiB")
+ALIGNMENT = Bound(field="kernel_block_alignment", low=1, high=MAX_KERNEL_BLOCK_ALIGNMENT, integer=True, unit="tokens")
+SPECULATIVE = Bound(field="speculative_tokens", low=0, high=MAX_SPECULATIVE_TOKENS, integer=True, unit="tokens")
+ATTENTION_BACKENDS = tuple(KERNEL_BLOCK_ALIGNMENT)
 ENGINE_OPTION_FOR_FIELD = {
     "gpu_memory_utilization": "--gpu-memory-utilization", "max_num_batched_tokens": "--max-num-batched-tokens",
     "max_num_seqs": "--max-num-seqs", "kv_budget_gib_per_gpu": "--kv-budget-gib-per-gpu",
     "kv_budget_bytes_per_gpu": "--kv-budget-gib-per-gpu", "activation_bytes": "--activation-gib",
     "non_torch_bytes": "--non-torch-gib", "cuda_graph_bytes": "--cuda-graph-gib", "engine_rule": "--engine-rule",
     "max_model_len": "--context", "total_bytes_per_gpu": "--gpu-total-gib", "log": "PATH",
+    "attention_backend": "--attention-backend", "kernel_block_alignment": "--kernel-block-alignment",
+    "speculative_tokens": "--speculative-tokens",
 }
 
 
@@ -77,10 +88,34 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_engine_flag: b
     group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), default=str(GroupingRule.HYBRID),
                        metavar="{" + ",".join(GroupingRule) + "}",
                        help="KV-cache grouping: hybrid (vLLM ≥ 0.12), hybrid-min (0.10–0.11), single (older)")
+    add_hybrid_arguments(group, defaults=True)
     group.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs (their estimate becomes 0)")
     group.add_argument("--vllm-before-0.21", dest="cuda_graphs_not_profiled", action="store_true",
                        help="a vLLM before 0.21, which sized the KV cache before capturing CUDA graphs "
                             "(their memory is then not subtracted)")
+
+
+def add_hybrid_arguments(group, *, defaults: bool) -> None:
+    """``--attention-backend``, ``--kernel-block-alignment`` and ``--speculative-tokens``: what
+    steps a hybrid model's attention block and sizes its state (``explain-log`` shares them,
+    with ``defaults=False`` so that unset means "as the log says")."""
+    group.add_argument("--attention-backend", type=choice(ATTENTION_BACKENDS),
+                       default=DEFAULT_ATTENTION_BACKEND if defaults else None,
+                       metavar="{" + ",".join(ATTENTION_BACKENDS) + "}",
+                       help="vLLM's attention backend, whose smallest kernel block steps a hybrid model's attention "
+                            f"block (default {DEFAULT_ATTENTION_BACKEND}: 16 tokens)")
+    group.add_argument("--kernel-block-alignment", type=arg_type(ALIGNMENT), metavar="N",
+                       help=f"the hybrid attention block's step, overriding the backend's ({help_range(ALIGNMENT)})")
+    group.add_argument("--speculative-tokens", type=arg_type(SPECULATIVE), default=0 if defaults else None,
+                       metavar="N", help="vLLM's num_speculative_tokens (MTP / EAGLE): widens a Mamba2 / gated-delta-net "
+                                         f"convolution state ({help_range(SPECULATIVE)}; default 0)")
+
+
+def hybrid_options_from_args(args: argparse.Namespace) -> dict:
+    """The hybrid options of ``args`` as keyword arguments of :class:`EngineRequest` or
+    :func:`~sizing.engine.explain.explain_log` (None where unset)."""
+    return {name: getattr(args, name, None) for name in ("attention_backend", "kernel_block_alignment",
+                                                          "speculative_tokens")}
 
 
 def activation_from_config(path: Path) -> ActivationShape:
@@ -103,6 +138,8 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
         max_model_len=args.context, block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, users=args.users, rule=args.engine_rule, enforce_eager=args.enforce_eager,
+        attention_backend=args.attention_backend, kernel_block_alignment=args.kernel_block_alignment,
+        speculative_tokens=args.speculative_tokens,
         cuda_graphs_profiled=not getattr(args, "cuda_graphs_not_profiled", False),
         activation=activation, total_bytes_per_gpu=gib_bytes(args.gpu_total_gib),
         kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu),

@@ -27,12 +27,21 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from sizing.engine.groups import GroupingRule, KVCacheLayout, kv_cache_layout
+from sizing.engine.groups import (
+    DEFAULT_ATTENTION_BACKEND,
+    TOKENS_FROM_CONCURRENCY_SINCE,
+    GroupingRule,
+    KVCacheLayout,
+    kv_cache_layout,
+    vllm_release,
+)
 from sizing.engine.memory import ActivationShape, activation_peak_bytes
 from sizing.engine.pipeline import pipeline_stage, stage_layers
 from sizing.engine.vllm_log import ParsedLog
+from sizing.errors import SizingError
 from sizing.kv import KVCacheSpec
-from sizing.models import ModelShape
+from sizing.layers import MAX_SPECULATIVE_TOKENS, STATE_KINDS
+from sizing.models import ModelShape, check_int
 from sizing.precisions import get_precision
 from units import GiB
 
@@ -196,12 +205,32 @@ def explain_log(
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int | None = None,
     rule: GroupingRule | str | None = None,
+    vllm_version: str | None = None,
+    attention_backend: str | None = None,
+    kernel_block_alignment: int | None = None,
+    speculative_tokens: int | None = None,
+    prefix_caching: bool | None = None,
 ) -> LogExplanation:
     """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says.
 
     Under pipeline parallelism (``pp`` > 1) the figures are rebuilt for stage 0, the layers
     rank 0 holds (the parser keeps rank 0's lines).
+
+    ``vllm_version`` (else the log's) picks how "GPU KV cache size" is counted: up to 0.23
+    ``num_blocks // groups × block``, from 0.24 ``int(max_concurrency × max_model_len)``; with
+    neither known (or a development build) the token check accepts either and says which one the
+    log matches. ``attention_backend`` / ``kernel_block_alignment`` step a hybrid model's
+    attention block (see :func:`~sizing.engine.groups.kv_cache_layout`); ``speculative_tokens``
+    widens its convolution state and adds a state page per request; ``prefix_caching`` (else the
+    log's ``enable_prefix_caching``, else off) puts the state in vLLM's "align" mode, two pages a
+    request instead of one.
     """
+    if speculative_tokens is not None:
+        check_int("speculative_tokens", speculative_tokens, low=0, high=MAX_SPECULATIVE_TOKENS)
+    if prefix_caching is not None and not isinstance(prefix_caching, bool):
+        raise SizingError("prefix_caching", f"expected True or False, got {type(prefix_caching).__name__}")
+    release = None if vllm_version is None else vllm_release(vllm_version)
+    missing: list[str] = []
     settings = {
         "tp": _setting("tp", parsed.tp, tp, 1),
         "pp": _setting("pp", parsed.pp, pp, 1),
@@ -213,9 +242,23 @@ def explain_log(
                                            max_num_batched_tokens, 8192),
         "max_num_seqs": _setting("max_num_seqs", parsed.max_num_seqs, max_num_seqs, 256),
         "rule": _setting("rule", None, rule, str(GroupingRule.HYBRID)),
+        "vllm_version": _setting("vllm_version", parsed.version, vllm_version, None),
+        "attention_backend": _setting("attention_backend", None, attention_backend, DEFAULT_ATTENTION_BACKEND),
+        "kernel_block_alignment": _setting("kernel_block_alignment", None, kernel_block_alignment, None),
+        "speculative_tokens": _setting("speculative_tokens", parsed.speculative_tokens, speculative_tokens, 0),
+        "prefix_caching": _setting("prefix_caching", parsed.prefix_caching, prefix_caching, False),
     }
     v = {name: s.value for name, s in settings.items()}
-    missing: list[str] = []
+    if release is None and parsed.version is not None:
+        try:
+            release = vllm_release(parsed.version)
+        except SizingError:
+            missing.append(f"the log's vLLM version {parsed.version[:40]!r} is not a release: the token count is "
+                           "checked against both versions' rules")
+    has_state = any(g.kind in STATE_KINDS for g in model.layer_groups(v["tp"]))
+    # MambaSpec: one state page per request ("none" mode), two with prefix caching ("align"),
+    # plus one per speculative token either way.
+    state_blocks = (2 if v["prefix_caching"] else 1) + v["speculative_tokens"]
     if v["pp"] > 1:
         held = stage_layers(model.layers, v["pp"], 0)
         missing.append(f"PP {v['pp']}: each stage sizes its own cache; rebuilt for stage 0 (rank 0), which holds "
@@ -226,7 +269,10 @@ def explain_log(
         missing.append(f"ranks report {spread[0]:g}–{spread[-1]:g} GiB available: each worker sizes its cache from "
                        "its own memory and vLLM keeps the smallest block count; rank 0's figure is used here")
     precision = get_precision(v["kv_dtype"], field="kv_dtype")
-    layout = kv_cache_layout(model, precision, tp=v["tp"], block_size=v["block_size"], rule=v["rule"])
+    layout_options = dict(block_size=v["block_size"], rule=v["rule"], state_blocks=state_blocks if has_state else 1,
+                          speculative_tokens=v["speculative_tokens"], attention_backend=v["attention_backend"],
+                          kernel_block_alignment=v["kernel_block_alignment"])
+    layout = kv_cache_layout(model, precision, tp=v["tp"], **layout_options)
     length, mnbt = v["max_model_len"], v["max_num_batched_tokens"]
     spec = KVCacheSpec(model=model, precision=precision, tp=v["tp"], block_size=v["block_size"])
     checks: list[FigureCheck] = []
@@ -240,13 +286,9 @@ def explain_log(
         blocks = layout.num_blocks(available)
         naive_tokens = float(available / spec.bytes_per_token_per_gpu)
         if parsed.kv_tokens is not None:
-            tokens = layout.tokens(blocks)
-            lo, hi = layout.tokens(layout.num_blocks(low_b)), layout.tokens(layout.num_blocks(high_b))
-            checks.append(FigureCheck(
-                name="GPU KV cache size (tokens)", logged=parsed.kv_tokens, reconstructed=tokens, low=lo, high=hi,
-                formula=naive_tokens, within=lo <= parsed.kv_tokens <= hi,
-                relative_error=_relative(tokens, parsed.kv_tokens),
-                why=_tokens_why(layout, naive_tokens, tokens)))
+            checks.append(_tokens_check(parsed.kv_tokens, layout, (blocks, layout.num_blocks(low_b),
+                                                                   layout.num_blocks(high_b)),
+                                        parsed.concurrency_len or length, mnbt, release, naive_tokens))
         if parsed.gpu_blocks is not None:
             lo, hi = layout.num_blocks(low_b), layout.num_blocks(high_b)
             checks.append(FigureCheck(
@@ -280,21 +322,59 @@ def explain_log(
             name="padding layers", logged=parsed.padding_layers, reconstructed=ours, low=ours, high=ours, formula=0,
             within=ours == parsed.padding_layers, relative_error=_relative(ours, parsed.padding_layers),
             why="equal-size KV-cache groups: " + ", ".join(g.label for g in layout.groups)))
+    # The hybrid settings only move a model with Mamba / linear-attention state.
+    quiet = {"kernel_block_alignment"} | (set() if has_state else {"attention_backend", "speculative_tokens",
+                                                                    "prefix_caching"})
     for name, s in settings.items():
-        if s.source == "default":
-            missing.append(f"{name} not in the log; assumed {s.value}")
-    fix = startup_fix(parsed, layout_at=lambda t: kv_cache_layout(model, precision, tp=t, block_size=v["block_size"],
-                                                                   rule=v["rule"]),
+        if s.source != "default" or name in quiet:
+            continue
+        if name == "vllm_version":
+            if parsed.kv_tokens is not None:
+                missing.append("vllm_version not in the log: 'GPU KV cache size' is checked against both the "
+                               f"rule before {'.'.join(map(str, TOKENS_FROM_CONCURRENCY_SINCE))} and the one since")
+            continue
+        missing.append(f"{name} not in the log; assumed {s.value}")
+    fix = startup_fix(parsed, layout_at=lambda t: kv_cache_layout(model, precision, tp=t, **layout_options),
                       tp=v["tp"], max_model_len=length, max_num_batched_tokens=mnbt)
     return LogExplanation(parsed=parsed, settings=tuple(settings.values()), layout=layout, checks=tuple(checks),
                           not_reconstructed=tuple(missing), fix=fix)
 
 
+def _tokens_check(logged: int, layout: KVCacheLayout, blocks: tuple[int, int, int], length: int, mnbt: int,
+                  release: tuple[int, int] | None, naive: float) -> FigureCheck:
+    """The "GPU KV cache size" check at ``blocks`` (mid, low, high) under the version's rule;
+    under both rules when the version is unknown, reporting the one the log matches."""
+    rules = {"groups": lambda n: layout.tokens(n),
+             "concurrency": lambda n: layout.concurrency_tokens(n, length, mnbt)}
+    if release is not None:
+        names = ["concurrency" if release >= TOKENS_FROM_CONCURRENCY_SINCE else "groups"]
+    else:
+        names = ["groups", "concurrency"]
+    figures = {name: tuple(rules[name](n) for n in blocks) for name in names}
+    matched = next((n for n in names if figures[n][1] <= logged <= figures[n][2]), names[0])
+    tokens, lo, hi = figures[matched]
+    since = ".".join(map(str, TOKENS_FROM_CONCURRENCY_SINCE))
+    if matched == "concurrency":
+        rule = (f"vLLM ≥ {since} prints int(max_concurrency × max_model_len) = "
+                f"int({blocks[0]:,} / {layout.blocks_per_request(length, mnbt):,} × {length:,})")
+    else:
+        rule = f"vLLM < {since} prints num_blocks // {len(layout.groups)} groups × {layout.block_size} tokens"
+    if release is None:
+        rule += " (the vLLM version is not known: both rules were tried)"
+    return FigureCheck(name="GPU KV cache size (tokens)", logged=logged, reconstructed=tokens, low=lo, high=hi,
+                       formula=naive, within=lo <= logged <= hi, relative_error=_relative(tokens, logged),
+                       why=_tokens_why(layout, naive, tokens) + "; " + rule)
+
+
 def _blocks_from_log(parsed: ParsedLog, layout: KVCacheLayout) -> int | None:
-    """The block count the log implies (``# GPU blocks``, or the token count × groups ÷ block)."""
+    """The block count the log implies: ``# GPU blocks``, or the token count × groups ÷ block.
+
+    The token count gives blocks only where it was counted in blocks (vLLM < 0.24, or one group
+    whose tokens are whole blocks); a concurrency product does not, and gives None here.
+    """
     if parsed.gpu_blocks is not None:
         return parsed.gpu_blocks
-    if parsed.kv_tokens is not None:
+    if parsed.kv_tokens is not None and parsed.kv_tokens % layout.block_size == 0:
         return parsed.kv_tokens // layout.block_size * len(layout.groups)
     return None
 

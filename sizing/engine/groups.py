@@ -14,8 +14,11 @@ vLLM keeps one page size for every layer and hands out blocks of that size from 
    9.09% KV cache memory"). Gemma-3-1B: 22 sliding + 4 full → 7 groups of 4 = 28 layer slots.
 3. ``group_size`` pools of ``num_blocks`` pages share the budget:
    ``num_blocks = available // page // group_size``.
-4. "GPU KV cache size" = ``num_blocks // len(groups) × block_size``; "Maximum concurrency" =
-   ``num_blocks / Σ_groups blocks one request needs`` (``get_max_concurrency_for_kv_cache_config``).
+4. "Maximum concurrency" = ``num_blocks / Σ_groups blocks one request needs``
+   (``get_max_concurrency_for_kv_cache_config``). "GPU KV cache size" is, up to vLLM 0.23,
+   ``num_blocks // len(groups) × block_size`` (the smallest spec block; a Mamba spec carries the
+   attention block), and from 0.24 ``int(max_concurrency × max_model_len)`` (``_report_kv_cache_config``):
+   the two agree for one full-attention group whose max_model_len is a whole number of blocks.
 5. The largest max_model_len that fits: a binary search over ``group_size × page × Σ blocks``
    (``_estimate_max_model_len_from_groups``).
 
@@ -36,6 +39,7 @@ max_model_len: V0 and early V1 logs, or ``--disable-hybrid-kv-cache-manager``).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from fractions import Fraction
@@ -56,6 +60,30 @@ KERNEL_BLOCK_ALIGNMENT = {"flash_attn": 16, "flashinfer": 16, "triton_attn": 16,
 DEFAULT_ATTENTION_BACKEND = "flash_attn"
 MAX_KERNEL_BLOCK_ALIGNMENT = 4096  # tokens; far above any backend's kernel block
 _HYBRID_MAX_RATIO = Fraction(3, 2)  # vllm#29303: use the largest count when under 1.5 × the smallest
+# The first vLLM release whose "GPU KV cache size" is int(max_concurrency × max_model_len): 0.19
+# logs print num_blocks // groups × block (vllm#40691), 0.24.0 logs the concurrency product.
+TOKENS_FROM_CONCURRENCY_SINCE = (0, 24)
+_VERSION = re.compile(r"v?(\d{1,4})\.(\d{1,4})")
+MAX_VERSION_CHARS = 64
+
+
+def vllm_release(version: str, *, field: str = "vllm_version") -> tuple[int, int]:
+    """``(major, minor)`` of a vLLM version string ("0.24.0", "v0.19.1rc2", "0.11.2+cu128").
+
+    Development builds ("0.1.dev7548+g…") carry no release number and are refused: give the
+    release they were cut from.
+    """
+    if not isinstance(version, str) or len(version) > MAX_VERSION_CHARS:
+        raise SizingError(field, f"expected a vLLM version such as 0.24.0 (at most {MAX_VERSION_CHARS} characters)")
+    match = _VERSION.match(version.strip())
+    if match is None or ".dev" in version:
+        raise SizingError(field, f"{version!r:.40} is not a vLLM release such as 0.24.0")
+    return int(match.group(1)), int(match.group(2))
+
+
+def tokens_from_concurrency(version: str, *, field: str = "vllm_version") -> bool:
+    """Whether vLLM ``version`` prints "GPU KV cache size" as int(max_concurrency × max_model_len)."""
+    return vllm_release(version, field=field) >= TOKENS_FROM_CONCURRENCY_SINCE
 
 
 class GroupingRule(StrEnum):
@@ -156,8 +184,13 @@ class KVCacheLayout:
         return max(0, math.floor(Fraction(available_bytes) / self.page_bytes) // self.group_size)
 
     def tokens(self, num_blocks: int) -> int:
-        """vLLM's "GPU KV cache size": ``num_blocks // len(groups) × block_size``."""
+        """vLLM's "GPU KV cache size" up to 0.23: ``num_blocks // len(groups) × block_size``."""
         return num_blocks // len(self.groups) * self.block_size
+
+    def concurrency_tokens(self, num_blocks: int, max_model_len: int, max_num_batched_tokens: int) -> int:
+        """vLLM's "GPU KV cache size" from 0.24: ``int(max_concurrency × max_model_len)``, in the
+        same float arithmetic vLLM does (a product just under a whole number truncates below it)."""
+        return int(self.max_concurrency(num_blocks, max_model_len, max_num_batched_tokens) * max_model_len)
 
     def blocks_per_request(self, max_model_len: int, max_num_batched_tokens: int) -> int:
         """Blocks, summed over groups, one request of ``max_model_len`` tokens may hold."""

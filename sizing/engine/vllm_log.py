@@ -1,7 +1,9 @@
 """Parse a pasted vLLM start-up log: the lines that size the KV cache, wherever they appear.
 
 Recognised (V1 from v0.8 on, plus the V0 formats users still paste): the engine config line
-(model, tensor_parallel_size, dtype, kv_cache_dtype, max_seq_len), ``non-default args``,
+(model, tensor_parallel_size, dtype, kv_cache_dtype, max_seq_len, enable_prefix_caching),
+``non-default args`` (with ``enable_prefix_caching`` and the speculative config's
+``num_speculative_tokens``),
 "Chunked prefill is enabled with max_num_batched_tokens=N", "Model loading took X GiB" /
 "Loading model weights took X GB", the memory-profiling breakdown (V1's table form, V0's
 one-line ``total_gpu_memory=23.58GiB … non_torch_memory=0.35GiB`` form), "Available KV cache
@@ -63,7 +65,7 @@ _TOKENS = float(1 << 40)
 # when the budget is overdrawn (available, non-torch, CUDA graphs) may be negative.
 _LIMITS: dict[str, tuple[float, float]] = {
     "tp": (1, 4096), "pp": (1, 4096), "max_model_len": (1, 1 << 31), "block_size": (1, 1 << 20),
-    "max_num_batched_tokens": (1, 1 << 31), "max_num_seqs": (1, 1 << 20),
+    "max_num_batched_tokens": (1, 1 << 31), "max_num_seqs": (1, 1 << 20), "speculative_tokens": (0, 64),
     "gpu_memory_utilization": (0.001, 1.0), "weights_gib": (0, _GIB), "total_gib": (0.001, _GIB),
     "requested_gib": (0, _GIB), "non_torch_gib": (-_GIB, _GIB), "activation_gib": (0, _GIB),
     "cuda_graph_gib": (-_GIB, _GIB), "consumed_gib": (0, _GIB), "available_gib": (-_GIB, _GIB),
@@ -113,6 +115,8 @@ class ParsedLog:
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
     max_num_seqs: int | None = None
+    prefix_caching: bool | None = None
+    speculative_tokens: int | None = None
     gpu_memory_utilization: float | None = None
     weights_gib: float | None = None
     total_gib: float | None = None
@@ -165,6 +169,10 @@ def _int(text: str) -> int:
     return int(text.replace(",", ""))
 
 
+def _bool(text: str) -> bool:
+    return text == "True"
+
+
 def _model(text: str) -> str:
     if not text.strip() or len(text) > _MAX_MODEL_CHARS:
         raise ValueError(f"not a model name ({len(text):,} characters)")
@@ -191,6 +199,8 @@ _RAW_RULES: tuple[tuple[str, str, dict[str, tuple[str, object]], bool], ...] = (
     ("'max_num_batched_tokens':", r"'max_num_batched_tokens': (\d+)", {"1": ("max_num_batched_tokens", int)},
      False),
     ("'max_num_seqs':", r"'max_num_seqs': (\d+)", {"1": ("max_num_seqs", int)}, False),
+    ("enable_prefix_caching", r"enable_prefix_caching'?[=:] ?(True|False)\b", {"1": ("prefix_caching", _bool)}, False),
+    ("'num_speculative_tokens':", r"'num_speculative_tokens': (\d+)", {"1": ("speculative_tokens", int)}, False),
     ("'gpu_memory_utilization':", r"'gpu_memory_utilization': " + _DECIMAL, {"1": ("gpu_memory_utilization", float)},
      False),
     ("'model':", r"'model': '([^']*)'", {"1": ("model", _model)}, False),
@@ -256,6 +266,8 @@ _RAW_RULES: tuple[tuple[str, str, dict[str, tuple[str, object]], bool], ...] = (
 )
 _RULES = tuple((marker, re.compile(pattern), groups, windowed) for marker, pattern, groups, windowed in _RAW_RULES)
 _REFUSAL_FIELDS = frozenset({"needed_gib", "estimated_max_len"})
+# Flags that documents quoting vLLM's arguments also carry: alone, they do not make a log.
+_FLAG_FIELDS = frozenset({"prefix_caching", "speculative_tokens"})
 # Lines that make a log recognisably vLLM's even when no figure was read from them.
 _VLLM_MARKERS = ("vllm", "gpu_worker.py", "kv_cache_utils.py", "gpu_model_runner.py", "EngineCore")
 # The worker prefix of multi-process logs: "(VllmWorker rank=3 pid=1)", "(Worker_TP1 pid=2)".
@@ -342,7 +354,7 @@ def parse_vllm_log(data: bytes | str, *, field_name: str = "log") -> ParsedLog:
                 found[name] = FoundLine(field=name, line_no=first_line, text=shown)
             if marker == "stored" or _REFUSAL_FIELDS & set(converted):
                 values["refused"] = True
-    if not found:
+    if not set(found) - _FLAG_FIELDS:
         if ignored:
             raise InputError(field_name, "no usable vLLM figure: " + "; ".join(
                 f"line {f.line_no}: {f.reason}" for f in ignored[:3]))

@@ -289,14 +289,23 @@ def test_qwen3_6_35b_state_dtypes_from_config():
     assert round(one.max_concurrency(blocks, 131_072, 8192), 2) == 4.29 != parsed.concurrency
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hybrid token count: explain_log rebuilds 'GPU KV cache size' as num_blocks // groups × "
-    "KVCacheLayout.block_size, and block_size is the smallest group block — 1 for the state groups; vLLM takes "
-    "the smallest spec block (a MambaSpec's block_size is the attention block, 2,096 here) and since 0.24 "
-    "prints int(max_concurrency × max_model_len) = int(299 / 69 × 131,072) = 567,978"))
 def test_qwen3_6_35b_explained():
-    explanation = explain_log(_parsed("qwen3.6-35b-a3b-nvfp4-rtx5090-club3090-612.log"), QWEN36_35B_VLLM)
+    # The log's non-default args turn prefix caching on: the state in "align" mode, 2 pages a
+    # request. The engine line is vLLM 0.24.0, whose "GPU KV cache size" is
+    # int(max_concurrency × max_model_len) = int(299 / 69 × 131,072) = 567,978 (not 299 // 4 ×
+    # 2,096 = 155,104, the rule before 0.24).
+    parsed = _parsed("qwen3.6-35b-a3b-nvfp4-rtx5090-club3090-612.log")
+    assert parsed.prefix_caching is True and parsed.version is None
+    explanation = explain_log(parsed, QWEN36_35B_VLLM, vllm_version="0.24.0")
     assert all(check.within for check in explanation.checks)
+    tokens = _check(explanation, "GPU KV cache size")
+    assert tokens.reconstructed == 567_978 == parsed.kv_tokens and "int(299 / 69 × 131,072)" in tokens.why
+    # Without the version both rules are tried, and the log matches the 0.24 one.
+    unknown = _check(explain_log(parsed, QWEN36_35B_VLLM), "GPU KV cache size")
+    assert unknown.within and unknown.reconstructed == 567_978 and "both rules" in unknown.why
+    # Read as a 0.23 log, the same pool prints 155,104 tokens and the logged figure misses.
+    older = _check(explain_log(parsed, QWEN36_35B_VLLM, vllm_version="0.23.1"), "GPU KV cache size")
+    assert older.reconstructed == 299 // 4 * 2096 == 155_104 and not older.within
 
 
 def test_qwen3_5_27b_concurrency_from_tokens():
