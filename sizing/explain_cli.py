@@ -20,9 +20,12 @@ from collections.abc import Sequence
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, run_cli
 from inputs.uploads import dumps_strict, read_capped, read_path_capped
 from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
-from sizing.engine.cli import BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config
+from sizing.engine.cli import (
+    BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config, add_hybrid_arguments,
+    hybrid_options_from_args,
+)
 from sizing.engine.explain import explain_log, startup_fix
-from sizing.engine.groups import GroupingRule
+from sizing.engine.groups import GroupingRule, vllm_release
 from sizing.engine.log_model import identify_log_model
 from sizing.engine.memory import ActivationShape
 from sizing.engine.vllm_log import MAX_LOG_BYTES, ParsedLog, parse_vllm_log
@@ -31,6 +34,15 @@ from sizing.presets import get_preset
 __all__ = ["explain_main"]
 
 PROG = "python -m sizing explain-log"
+
+
+def _vllm_version(text: str) -> str:
+    """A release like 0.24.0 (what ``vllm_release`` reads), kept as typed."""
+    try:
+        vllm_release(text)
+    except ValueError as exc:  # InputError included: its message names the value
+        raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
+    return text
 
 
 def _explain_parser() -> argparse.ArgumentParser:
@@ -45,6 +57,10 @@ def _explain_parser() -> argparse.ArgumentParser:
     group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS), metavar="N")
     group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), metavar="N")
     group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), metavar="{" + ",".join(GroupingRule) + "}")
+    group.add_argument("--vllm-version", type=_vllm_version, metavar="X.Y.Z",
+                       help="the vLLM release that wrote the log (how it counts 'GPU KV cache size'); default: the "
+                            "log's own, else both counts are tried")
+    add_hybrid_arguments(group, defaults=False)
     return parser
 
 
@@ -97,7 +113,8 @@ def explain_main(argv: Sequence[str] | None = None) -> int:
         explanation = explain_log(parsed, model, activation=activation, tp=args.tp, kv_dtype=args.kv_dtype,
                                   max_model_len=args.context, block_size=args.block_size,
                                   max_num_batched_tokens=args.max_num_batched_tokens,
-                                  max_num_seqs=args.max_num_seqs, rule=args.engine_rule)
+                                  max_num_seqs=args.max_num_seqs, rule=args.engine_rule,
+                                  vllm_version=args.vllm_version, **hybrid_options_from_args(args))
         print(dumps_strict({**explanation.as_dict(), **identified.as_dict()}, indent=2))
         return 0
 

@@ -54,7 +54,7 @@ ENGINE_OPTION_FOR_FIELD = {
     "non_torch_bytes": "--non-torch-gib", "cuda_graph_bytes": "--cuda-graph-gib", "engine_rule": "--engine-rule",
     "max_model_len": "--context", "total_bytes_per_gpu": "--gpu-total-gib", "log": "PATH",
     "attention_backend": "--attention-backend", "kernel_block_alignment": "--kernel-block-alignment",
-    "speculative_tokens": "--speculative-tokens",
+    "speculative_tokens": "--speculative-tokens", "vllm_version": "--vllm-version",
 }
 
 

@@ -60,3 +60,17 @@ def test_a_given_model_still_reports_the_logs_own():
     code, out, _ = _run([str(LOGS / "forms" / "padded-qwen3-8b.log"), "--model", "llama-3.1-8b"])
     data = json.loads(out)
     assert code == 0 and data["model_match"]["id"] == "qwen3-8b" and not data["all_within"]
+
+
+def test_the_release_and_hybrid_options_are_taken_and_bounded():
+    log = str(LOGS / "cited" / "qwen3.6-35b-a3b-nvfp4-rtx5090-club3090-612.log")
+    code, out, _ = _run([log, "--vllm-version", "v0.24.1", "--attention-backend", "flashinfer",
+                         "--speculative-tokens", "3"])
+    assert code == 0 and json.loads(out)["parsed"]["kv_tokens"] == 567_978
+    for argv, option in ((["--vllm-version", "banana"], "--vllm-version"),
+                         (["--speculative-tokens", "65"], "--speculative-tokens"),
+                         (["--kernel-block-alignment", "0"], "--kernel-block-alignment"),
+                         (["--attention-backend", "nope"], "--attention-backend")):
+        code, _, err = _run([log, *argv])
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and f"argument {option}:" in lines[0], (argv, err)
