@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+import textwrap
 from dataclasses import asdict
 
 import numpy as np
@@ -29,9 +31,38 @@ COLOURS = {"token_states": "#1f77b4", "reservation": "#f0a202", "internal_fragme
 # Horizontal legends sit below the plot, clear of the x-axis title (tests/ui/test_chart_layout.py
 # checks the gap in pixels), never over a chart's title.
 LEGEND_BELOW = dict(orientation="h", yanchor="top", y=-0.3, x=0)
+# Charts drawn side by side are about 225 px wide in an 800 px window with the sidebar open
+# (tests/browser/test_chart_layout_browser.py measures them): a 17 px title fits about 28
+# characters on a line there, a bar label beside its axis about 12.
+TITLE_CHARS, CATEGORY_CHARS = 28, 12
+TITLE_LINE_PX, TOP_MARGIN_PX = 22, 40  # one line of Plotly's title font; the margin for one line
+# Tick labels a log block-size axis names at most: 9 powers of two from 1 to 256 ran together as
+# "128256" in a 225 px chart; every other one (1, 4, 16, 64, 256) reads apart there.
+MAX_BLOCK_TICKS = 5
 LABELS = {"token_states": "token states", "reservation": "reservation",
           "internal_fragmentation": "internal fragmentation",
           "external_fragmentation": "external fragmentation", "free": "free"}
+
+
+def wrapped(text: str, chars: int) -> str:
+    """``text`` broken at spaces into lines of at most ``chars`` characters, joined by Plotly's
+    ``<br>`` (Plotly never wraps a title or a tick label itself)."""
+    return "<br>".join(textwrap.wrap(text, chars)) or text
+
+
+def titled(text: str) -> dict:
+    """A figure title wrapped to :data:`TITLE_CHARS`, and the top margin (px) its lines need:
+    ``{"title": ..., "margin_top": ...}``."""
+    title = wrapped(text, TITLE_CHARS)
+    return {"title": title, "margin_top": TOP_MARGIN_PX + TITLE_LINE_PX * title.count("<br>")}
+
+
+def block_ticks(sizes) -> list[int]:
+    """Every k-th of the swept block sizes from the first, k the smallest step that leaves at
+    most :data:`MAX_BLOCK_TICKS` (evenly spaced on a log axis of powers of two); the markers
+    still show every size."""
+    sizes = [int(s) for s in sizes]
+    return sizes[::max(1, math.ceil(len(sizes) / MAX_BLOCK_TICKS))]
 
 
 def picture_figure(result: SnapshotResult) -> go.Figure:
@@ -62,22 +93,28 @@ def sweep_figure(sweep: BlockSizeSweep) -> go.Figure:
     fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_mean, mode="lines+markers", name="simulated")
     fig.add_scatter(x=sweep.block_sizes, y=sweep.waste_tokens_expected, mode="lines",
                     line=dict(dash="dash"), name="expected (B − 1)/2 ≈ B/2")
-    fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=sweep.block_sizes, tickangle=0)
+    fig.update_xaxes(type="log", title_text="block size B (tokens)", tickvals=block_ticks(sweep.block_sizes),
+                     tickangle=0)
     fig.update_yaxes(title_text="empty slots per sequence (tokens)")
-    fig.update_layout(height=380, margin=dict(t=40, b=10), title="Paged waste against block size",
+    head = titled("Paged waste by block size")
+    fig.update_layout(height=380, margin=dict(t=head["margin_top"], b=10), title=head["title"],
                       legend=LEGEND_BELOW)
     return fig
 
 
 def breakdown_figure(names: list[str], breakdowns: list[MemoryBreakdown], title: str) -> go.Figure:
-    """Stacked shares of the budget per scheme, in the paper's figure-2 categories."""
+    """Stacked shares of the budget per scheme, in the paper's figure-2 categories. The title and
+    the scheme names are wrapped to fit a half-width chart at 800 px."""
     fig = go.Figure()
     shares = [asdict(b.fractions()) for b in breakdowns]
     for part, colour in COLOURS.items():
         fig.add_bar(y=names, x=[100 * s[part] for s in shares], orientation="h", name=LABELS[part],
                     marker_color=colour)
-    fig.update_layout(barmode="stack", height=380, title=title, margin=dict(t=40, b=10),
+    head = titled(title)
+    fig.update_layout(barmode="stack", height=420, title=head["title"], margin=dict(t=head["margin_top"], b=10),
                       xaxis_title="% of the KV budget", yaxis_title="scheme", legend=LEGEND_BELOW)
+    # The names stay the categories (what hovering shows); only their tick labels are wrapped.
+    fig.update_yaxes(tickvals=names, ticktext=[wrapped(n, CATEGORY_CHARS) for n in names])
     return fig
 
 
@@ -276,7 +313,7 @@ def prefix_sweep_figure(view: PrefixView) -> go.Figure:
     fig = go.Figure()
     for tokens, rates in zip(view.sweep_budgets, view.sweep_hit_rate):
         fig.add_scatter(x=view.sweep_blocks, y=100 * rates, mode="lines+markers", name=f"{tokens:,} slots")
-    fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=view.sweep_blocks)
+    fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=block_ticks(view.sweep_blocks))
     fig.update_yaxes(title_text="prompt tokens from the cache (%)", rangemode="tozero")
     fig.update_layout(height=340, margin=dict(t=40, b=10), title="Hit rate against block size and KV budget",
                       legend=LEGEND_BELOW)
