@@ -27,7 +27,7 @@ from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, TABS
 from ui.fragmentation_views import block_table_section, figure2_section, prefix_section, sharing_section
 from ui.layout import chart, metric_row, page_tabs
 from ui.router import run_through_router
-from ui.tables import counted, readable, show
+from ui.tables import counted, percent_text, readable, show
 from ui.url_state import PageState, copy_link
 
 DEFAULT_WORKLOAD = WorkloadSettings(kind="lognormal")
@@ -112,9 +112,9 @@ def snapshot_section(state: PageState, chosen: Sidebar, workload: Workload, key:
     row = metric_row()
     row.metric("Requests that fit: contiguous", f"{result.contiguous.fit:,}")
     row.metric("Requests that fit: paged", f"{result.paged.fit:,}", f"{result.paged_gain:,.1f}× more")
-    row.metric("Utilisation: contiguous", f"{result.contiguous.utilisation:.1%}",
+    row.metric("Utilisation: contiguous", percent_text(result.contiguous.utilisation),
                help="Slots holding a token over the slots reserved for the requests that fit.")
-    row.metric("Utilisation: paged", f"{result.paged.utilisation:.1%}")
+    row.metric("Utilisation: paged", percent_text(result.paged.utilisation))
     row = metric_row()
     row.metric("Empty slots per request: contiguous", f"{result.contiguous.waste_tokens_mean:,.1f}",
                help="Token slots reserved but holding no token, mean over the requests that fit.")
@@ -143,7 +143,7 @@ def snapshot_section(state: PageState, chosen: Sidebar, workload: Workload, key:
                                   if c not in ("scheme", "requests that fit", "empty slots per request")]),
          key="frag.table", file_name="fragmentation_summary.csv", label="Summary as CSV")
     st.caption(CATEGORY_WORDS + f" Pow2 and Oracle differ only where the buddy allocator rounds their "
-               f"reservations to different powers of two: here {view.pow2_oracle_same_chunk:.0%} of the requests get "
+               f"reservations to different powers of two: here {percent_text(view.pow2_oracle_same_chunk, 0)} of the requests get "
                "the same chunk under both, so they fit alike and only the split between internal (Pow2's "
                "reserve beyond the output) and external (rounding) changes.")
     st.download_button("Snapshot as JSON", charts.snapshot_json(result, workload.source), key="frag.download_json",
@@ -200,7 +200,7 @@ def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key:
     row = metric_row()
     row.metric("Completed", f"{result.completed:,}", help=f"{counted(result.rejected, 'request')} never fit the budget")
     row.metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
-    row.metric("Budget holding tokens", f"{result.token_state_fraction:.1%}",
+    row.metric("Budget holding tokens", percent_text(result.token_state_fraction),
                help="Share of the KV budget holding a token's keys and values, averaged over time.")
     row.metric("Preemptions", f"{result.preemptions:,}",
                help=f"recomputed {result.recomputed_tokens:,} tokens, swapped {result.swapped_tokens:,}; "

@@ -231,10 +231,10 @@ server_inputs = ServerInputs(
 
 try:
     outcome = _plan(server_inputs, measured)
-except SizingError as exc:
+except InputError as exc:  # the sizer's refusals, and a refused trace's row or column (field "trace")
     st.error(page_message(exc, PLANNER_LABELS), icon=":material/error:")
     outcome = None
-except ValueError as exc:  # a trace the simulator refuses names its row or column
+except ValueError as exc:
     st.error(f"{'Trace' if kind == 'trace' else 'Traffic'}: {exc}", icon=":material/error:")
     outcome = None
 # Only the open tab is drawn; the edge tab uses the server plan's bandwidth source.
@@ -278,8 +278,9 @@ if edge_tab.open:
             instruction_tokens=int(value("instruction")), control_hz=float(value("control_hz")))
         try:
             edge, history_curve = _edge(edge_inputs, edge_estimate)
-        except (SizingError, ValueError) as exc:
-            st.error(f"Edge view: {exc}", icon=":material/error:")
+        except ValueError as exc:
+            text = page_message(exc, PLANNER_LABELS) if isinstance(exc, InputError) else str(exc)
+            st.error(f"Edge view: {text}", icon=":material/error:")
             edge = None
         if edge is not None:
             row = metric_row()

@@ -21,11 +21,12 @@ from sizing.engine.groups import GroupingRule
 from sizing.report import SizingRequest, size_deployment
 from ui.engine_view import OLD_VLLM_HELP, OLD_VLLM_LABEL
 from ui.layout import metric_row
-from ui.tables import readable
+from ui.tables import column_config, readable
 
 ANSWER_GPUS = "GPUs to deploy"
 ANSWER_LAYOUT = "Layout"
 ANSWER_REQUESTS = "Requests per replica"
+OPTION_HELP = "— : one replica of this layout cannot hold a single request of the context."
 
 
 @st.cache_data(show_spinner=False, max_entries=256)
@@ -79,9 +80,10 @@ def render_answer(answer: Answer, *, key: str) -> None:
         st.code(answer.vllm_command, language="bash")
         st.code(answer.sglang_command, language="bash")
     with st.expander("Layouts considered"):
-        records = [{**o.as_record(), "gpus": o.gpus or 0, "replicas": o.replicas or 0,
-                    "kv_bytes_per_gpu": round((o.kv_bytes_per_gpu or 0) / 2**30, 2)} for o in answer.options]
-        st.dataframe(readable(records, rename={"tp": "TP", "pp": "PP", "gpus": "GPUs (0: does not fit)",
-                                               "replicas": "replicas (0: does not fit)",
-                                               "kv_bytes_per_gpu": "KV memory per GPU (GiB)"}).shown,
-                     hide_index=True, key=f"{key}_answer_options")
+        # "—" where a layout holds no request (no replicas, no GPUs, no KV memory to quote).
+        records = [{**o.as_record(), "kv_bytes_per_gpu": None if o.kv_bytes_per_gpu is None
+                    else round(o.kv_bytes_per_gpu / 2**30, 2)} for o in answer.options]
+        table = readable(records, rename={"tp": "TP", "pp": "PP", "gpus": "GPUs",
+                                          "kv_bytes_per_gpu": "KV memory per GPU (GiB)", "reason": "Note"})
+        st.dataframe(table.shown, hide_index=True, key=f"{key}_answer_options", column_config=column_config(
+            table.shown, {"Replicas": OPTION_HELP, "GPUs": OPTION_HELP}))

@@ -8,7 +8,6 @@ engine figures stay on screen.
 
 from __future__ import annotations
 
-import pandas as pd
 import streamlit as st
 
 from inputs.bounds import Bound
@@ -20,6 +19,7 @@ from sizing.engine.groups import GroupingRule
 from sizing.report import SizingReport, SizingRequest
 from ui.layout import metric_row
 from ui.log_explainer_view import render_log_explainer
+from ui.tables import column_config, readable
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 from units import GiB
 
@@ -115,9 +115,9 @@ def _figures(engine: EngineReport, report: SizingReport) -> None:
     m1.metric("Available KV cache memory", f"{engine.available_kv_bytes_per_gpu / GiB:,.2f} GiB")
     m2.metric("GPU KV cache size", f"{engine.kv_cache_tokens:,} tokens")
     m3.metric(f"Maximum concurrency at {engine.request.max_model_len:,}", f"{engine.max_concurrency:,.2f}×")
-    st.dataframe(pd.DataFrame([{"term": t.name, "GiB": round(t.bytes / GiB, 3),
-                                "estimated": t.estimated, "basis": t.basis} for t in engine.profile.terms]),
-                 hide_index=True, key="engine_memory_table")
+    terms = readable([{"term": t.name, "GiB": t.bytes / GiB, "estimated": t.estimated, "basis": t.basis}
+                      for t in engine.profile.terms])
+    st.dataframe(terms.shown, hide_index=True, key="engine_memory_table", column_config=column_config(terms.shown))
     layout = engine.layout
     st.markdown(f"**KV-cache groups** ({layout.rule}): " + ", ".join(g.label for g in layout.groups)
                 + f" — {layout.layer_slots} layer slots of {layout.page_bytes:,} B pages.")

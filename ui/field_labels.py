@@ -38,6 +38,8 @@ PLANNER_LABELS: dict[str, str] = {
     "usable": "Usable share of GPU memory", "tpot_ms": "TPOT target (ms, 0: none)",
     "ttft_ms": "TTFT target (ms, 0: none)", "rate": "Arrival rate (requests/s, 0: none)",
     "mean": "Mean tokens per request", "sigma": "Sigma (log-space spread)", "efficiency": "Bandwidth efficiency",
+    "trace": "Trace", "tokens_per_frame": "Camera tokens per frame (all cameras)",
+    "frames_per_s": "Frames per second", "instruction_tokens": "Instruction tokens",
 }
 
 

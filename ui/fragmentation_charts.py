@@ -20,6 +20,7 @@ from simulation.sharing import SharingResult
 from simulation.snapshot import BlockSizeSweep, PolicyRow, SnapshotResult
 from simulation.timeline import TimelineResult
 from inputs.uploads import dumps_strict, finite_or_none
+from ui.tables import percent_text
 from units import best_unit, to_unit
 
 POOL_COLUMNS = 16  # blocks per row in the block-table view's picture of the pool
@@ -236,10 +237,10 @@ def why_paging_wins(result: SnapshotResult) -> str:
             + (", and the buddy allocator rounds each reservation up to a power of two" if
                config.address_space.value == "buddy" else "") + ": "
             f"{contiguous.waste_tokens_mean:,.0f} of the slots a request holds are empty on average, so "
-            f"{contiguous.utilisation:.1%} of the reserved memory holds tokens and {contiguous.fit:,} requests fit. "
+            f"{percent_text(contiguous.utilisation)} of the reserved memory holds tokens and {contiguous.fit:,} requests fit. "
             f"Paging hands out {block}-token blocks as tokens arrive and only a request's last block is partly "
             f"empty ({paged.waste_tokens_mean:,.1f} slots on average, at most B − 1 = {block - 1}), so "
-            f"{paged.utilisation:.1%} holds tokens and {paged.fit:,} requests fit"
+            f"{percent_text(paged.utilisation)} holds tokens and {paged.fit:,} requests fit"
             + (f": {result.paged_gain:,.1f}× as many." if contiguous.fit else ", where contiguous fits none."))
     if contiguous.fit and result.paged_gain < 1.05:
         text += (" Here the two are close: the reservations are already tight, so paging has little "

@@ -17,7 +17,7 @@ from simulation.timeline import TimelineConfig
 from ui import fragmentation_charts as charts
 from ui.fragmentation_controls import Sidebar, block_table_settings, clamp_to, prefix_controls, sharing_settings
 from ui.layout import chart, metric_row
-from ui.tables import readable, show
+from ui.tables import percent_text, readable, show
 from ui.url_state import PageState
 
 
@@ -70,7 +70,7 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
         return
     prefix, result = view.result.prefix, view.result
     row = metric_row()
-    row.metric("Prompt tokens from the cache", f"{prefix.hit_rate:.1%}",
+    row.metric("Prompt tokens from the cache", percent_text(prefix.hit_rate),
                help="Cached prompt tokens over prompt tokens, first admissions (vLLM's hit rate).")
     row.metric("Prefill tokens saved", f"{prefix.prefill_tokens_saved:,}")
     row.metric("Cached blocks (peak)", f"{prefix.cached_blocks_peak:,}",

@@ -17,6 +17,7 @@ from simulation.workloads import PRESETS
 from planner.page_size import page_size_study
 from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame
 from ui.kernel_tables import shown, target_frame
+from ui.tables import column_widths
 
 __all__ = ["offline_page", "UNAVAILABLE"]
 
@@ -39,7 +40,8 @@ def offline_page(results_dir=RESULTS_DIR) -> None:
     report = shipped.newest.report
     st.caption(" · ".join(provenance_lines(report, shipped.newest.path.name, installed_versions())))
     st.subheader("Targets")
-    st.dataframe(shown(target_frame(report), {}), hide_index=True, key="k_offline_targets")
+    targets = shown(target_frame(report), {})
+    st.dataframe(targets, hide_index=True, key="k_offline_targets", column_config=column_widths(targets))
     preset = PRESETS[0]
     study = page_size_study(report, build_workload(WorkloadSettings(kind="preset", name=preset.name, n=_REQUESTS,
                                                                     seed=0)), max_context=32768)
@@ -48,5 +50,5 @@ def offline_page(results_dir=RESULTS_DIR) -> None:
         st.plotly_chart(page_size_figure(study), key="k_offline_pagesize")
         st.markdown(page_size_answer(study))
         frame = page_size_frame(study)
-        st.dataframe(shown(frame, {**PAGE_SIZE_FORMATS, **{c: ".2f" for c in frame.columns if c.startswith("TB/s")}}),
-                     hide_index=True, key="k_offline_pagesize_table")
+        table = shown(frame, {**PAGE_SIZE_FORMATS, **{c: ".2f" for c in frame.columns if c.startswith("TB/s")}})
+        st.dataframe(table, hide_index=True, key="k_offline_pagesize_table", column_config=column_widths(table))

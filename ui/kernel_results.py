@@ -20,9 +20,10 @@ from ui.kernel_controls import KERNELS, follow_sidebar
 from ui.kernel_tables import (
     measurement_formats, measurement_frame, shown, target_frame,
 )
+from ui.tables import column_widths
 from ui.kernel_theory import REFERENCE_PAGE, ceiling_note, launch_bound_note, theory_frame
 
-__all__ = ["results_tab", "download_csv", "download_report", "MAIN"]
+__all__ = ["results_tab", "grid", "download_csv", "download_report", "MAIN"]
 
 MAIN = {"decode": "triton_paged", "prefill": "triton_flash", "mixed": "triton_chunked"}
 SHARE_HELP = ("The kernel's rate over the device-to-device copy bandwidth measured in the same run (its reads "
@@ -31,6 +32,11 @@ SHARE_HELP = ("The kernel's rate over the device-to-device copy bandwidth measur
 
 def _file_name(text: str, suffix: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_")[:80] or "kernels") + suffix
+
+
+def grid(frame: pd.DataFrame, key: str) -> None:
+    """A text frame from :func:`ui.kernel_tables.shown` as a table with no cell cut to "…"."""
+    st.dataframe(frame, hide_index=True, key=key, column_config=column_widths(frame))
 
 
 def download_csv(frame: pd.DataFrame, name: str, key: str, label: str = "Download the table (CSV)") -> None:
@@ -74,8 +80,7 @@ def _targets(report: BenchReport, key: str) -> None:
         return
     met = int((frame["Met"] == "yes").sum())
     st.markdown(f"**{met} of {len(frame)} met** (worst shape in each range, as the harness computes them).")
-    st.dataframe(shown(frame.drop(columns=["What limits it"]), {}), hide_index=True,
-                 key=f"{key}_table")
+    grid(shown(frame.drop(columns=["What limits it"]), {}), key=f"{key}_table")
     unmet = frame[frame["Met"] == "no"]
     if not unmet.empty:
         lines = []
@@ -103,7 +108,7 @@ def results_tab(report: BenchReport, source: str, kernel: str, plan):
         st.caption("The shape chosen in the sidebar is not in these results; showing the one picked here.")
     _metrics(result, report, kernel)
     table = measurement_frame(result)
-    st.dataframe(shown(table, measurement_formats(table)), hide_index=True, key=f"k_table_{kernel}")
+    grid(shown(table, measurement_formats(table)), key=f"k_table_{kernel}")
     st.caption("Rates count each contender's own bytes or FLOPs (FP8 KV one byte per value, INT4 its codes and "
                "scales); × cuDNN and × Triton bf16 are time ratios on this shape (above 1: faster).")
     download_csv(table, f"kernel_{result.shape.label}", key="k_table_csv", label="Download the measurements (CSV)")
@@ -111,7 +116,7 @@ def results_tab(report: BenchReport, source: str, kernel: str, plan):
     st.caption(f"The traffic model of the reference page ({REFERENCE_PAGE}, which this app is built from): "
                "bytes over bandwidth for decode, FLOPs over the tensor-core rate for prefill.")
     theory = theory_frame(result, report.ceilings)
-    st.dataframe(shown(theory, {}), hide_index=True, key="k_theory")
+    grid(shown(theory, {}), key="k_theory")
     download_csv(theory, f"kernel_theory_{result.shape.label}", key="k_theory_csv", label="Download the theory (CSV)")
     _targets(report, key="k_targets")
     return result

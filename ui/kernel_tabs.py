@@ -23,7 +23,7 @@ from ui.kernel_charts import (
 from ui.kernel_controls import page_size_controls, softmax_controls
 from planner.page_size import page_size_study
 from ui.kernel_pagesize import PAGE_SIZE_FORMATS, page_size_answer, page_size_figure, page_size_frame
-from ui.kernel_results import download_csv
+from ui.kernel_results import download_csv, grid
 from ui.kernel_tables import (
     INTERPRETER_FORMATS, MEMORY_FORMATS, MIXED_FORMATS, interpreter_frame, memory_frame, mixed_frame, shown,
 )
@@ -62,7 +62,7 @@ def roofline_tab(result, ceilings) -> None:
                "ceilings measured in the same run; dashed: datasheet. Hollow markers of different shapes and "
                "sizes keep contenders at the same point apart; the table lists every point.")
     points = roofline_points_frame(result)
-    st.dataframe(shown(points, ROOFLINE_FORMATS), hide_index=True, key="k_roof_points")
+    grid(shown(points, ROOFLINE_FORMATS), key="k_roof_points")
     download_csv(points, f"roofline_{result.shape.label}", key="k_roof_csv", label="Download the points (CSV)")
 
 
@@ -71,7 +71,7 @@ def sweep_tab(report: BenchReport, result, kernel: str) -> None:
         st.markdown("Every mixed batch of these results: one launch against two launches, gather-then-SDPA "
                     "and, for prefill-only batches, the dense forward and cuDNN on the same tokens.")
         rows = mixed_frame(report)
-        st.dataframe(shown(rows, MIXED_FORMATS), hide_index=True, key="k_mixed_rows")
+        grid(shown(rows, MIXED_FORMATS), key="k_mixed_rows")
         download_csv(rows, "mixed_batches", key="k_mixed_csv", label="Download the mixed batches (CSV)")
         return
     if kernel == "decode":
@@ -109,8 +109,8 @@ def page_size_tab(report: BenchReport) -> None:
     _chart(page_size_figure(study), "k_pagesize", f"page_size_{work}")
     st.markdown(page_size_answer(study))
     frame = page_size_frame(study)
-    st.dataframe(shown(frame, {**PAGE_SIZE_FORMATS, **{c: ".2f" for c in frame.columns if c.startswith("TB/s")}}),
-                 hide_index=True, key="k_pagesize_table")
+    grid(shown(frame, {**PAGE_SIZE_FORMATS, **{c: ".2f" for c in frame.columns if c.startswith("TB/s")}}),
+         key="k_pagesize_table")
     download_csv(frame, f"page_size_{work}", key="k_pagesize_csv", label="Download the page-size study (CSV)")
 
 
@@ -123,7 +123,7 @@ def memory_tab(report: BenchReport) -> None:
     for row in mem[mem["Status"] != "ok"].to_dict("records"):
         st.warning(f"N = {row['N (tokens)']:,}: {row['Contender']} → {row['Status']} {row['Note']}",
                    icon=":material/warning:")
-    st.dataframe(shown(mem, MEMORY_FORMATS), hide_index=True, key="k_memory_table")
+    grid(shown(mem, MEMORY_FORMATS), key="k_memory_table")
     download_csv(mem, "naive_vs_tiled_memory", key="k_memory_csv", label="Download the memory points (CSV)")
 
 
@@ -164,7 +164,7 @@ def check_tab(*, gpu: bool, interpreting: bool) -> None:
         st.error(outcome.message, icon=":material/error:")
         return
     frame = interpreter_frame(outcome.value)
-    st.dataframe(shown(frame, INTERPRETER_FORMATS), hide_index=True, key="k_interp_table")
+    grid(shown(frame, INTERPRETER_FORMATS), key="k_interp_table")
     download_csv(frame, "interpreter_check", key="k_interp_csv", label="Download the checks (CSV)")
     bad = [c for c in outcome.value if not c.ok]
     if bad:

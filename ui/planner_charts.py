@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -19,14 +21,23 @@ def fmt_ms(seconds: float | None) -> str:
     return "—" if seconds is None else f"{seconds * 1e3:,.1f} ms"
 
 
+ALLOCATOR_PERCENT = ("KV utilisation",)  # fractions 0–1, shown in percent (ui.tables.readable)
+# What the table's user counts mean (the headers' tooltips, by their shown names).
+ALLOCATOR_HELP = {
+    "Users per GPU (whole)": "Whole users each GPU serves: a replica's operating batch over its TP GPUs, rounded "
+                             "down (a fraction of a user cannot be served). The replica serves the whole batch.",
+}
+
+
 def allocator_rows(plan: CapacityPlan) -> list[dict]:
-    """One table row per allocator: what fits, the operating batch and what binds it."""
+    """One table row per allocator: what fits, the operating batch and what binds it; user
+    counts are whole users (see :data:`ALLOCATOR_HELP`)."""
     return [
         {"allocator": a.fit.label, "sequences that fit": a.memory_batch,
-         "KV utilisation": f"{a.fit.utilisation:.1%}", "operating batch": a.batch,
+         "KV utilisation": a.fit.utilisation, "operating batch": a.batch,
          "TPOT": fmt_ms(None if a.step is None else a.step.step_s),
          "tokens/s per GPU": round(a.tokens_per_s_per_gpu),
-         "users per GPU": round(a.users_per_gpu, 1), "users per node": round(a.users_per_node),
+         "users per GPU (whole)": math.floor(a.users_per_gpu), "users per node": round(a.users_per_node),
          "binding limit": a.binding_limit}
         for a in (plan.contiguous, plan.paged)
     ]

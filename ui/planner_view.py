@@ -15,7 +15,7 @@ from planner.cli import result_dict
 from planner.bench_like import error_band
 from planner.plan import PlanOutcome
 from ui.layout import chart, metric_row
-from ui.planner_charts import allocator_rows, fmt_ms, server_figure
+from ui.planner_charts import ALLOCATOR_HELP, ALLOCATOR_PERCENT, allocator_rows, fmt_ms, server_figure
 from ui.tables import counted, readable, show
 from units import both, format_bytes, format_number
 
@@ -92,7 +92,8 @@ def render_server(outcome: PlanOutcome, *, source_label: str, weight_dtype: str)
     if outcome.fits.clipped:
         st.caption(f"{counted(outcome.fits.clipped, 'request was', 'requests were')} cut to the maximum context.")
     chart(server_figure(plan), key="planner.chart", file_name="throughput_and_tpot")
-    show(readable(allocator_rows(plan)), key="planner.table", file_name="capacity_plan.csv")
+    show(readable(allocator_rows(plan), percent=ALLOCATOR_PERCENT), key="planner.table", file_name="capacity_plan.csv",
+         help=ALLOCATOR_HELP)
     st.download_button("Plan as JSON (as `python -m planner --json`)", key="planner.json",
                        data=dumps_strict(result_dict(outcome, batch=None, context=None), indent=2).encode(),
                        file_name="capacity_plan.json", mime="application/json", icon=":material/download:")

@@ -16,7 +16,7 @@ from ui import sizer_charts as charts
 from ui.layer_kinds_view import render_layer_kinds
 from ui.layout import chart, metric_row, page_tabs, tab_field
 from ui.url_state import PageState
-from ui.tables import readable
+from ui.tables import percent_text, readable
 # Amounts stop at GiB / GB as the reference page writes them (8,000 GiB, not 7.8 TiB).
 from units import GIGA_UNIT, UnitSystem
 from units import format_up_to_giga as fmt
@@ -111,7 +111,7 @@ def _without_gqa(report: SizingReport, system: UnitSystem) -> None:
 def _plan(report: SizingReport, system: UnitSystem) -> None:
     st.subheader("The reference formula's TP plan")
     st.markdown(report.plan.summary)
-    st.caption(f"Whole TP replicas by the reference formula: {report.usable_fraction:.0%} of the vendor's GB per GPU "
+    st.caption(f"Whole TP replicas by the reference formula: {percent_text(report.usable_fraction, 0)} of the vendor's GB per GPU "
                f"less each replica's weights. The answer above uses the engine's own per-GPU budget instead "
                f"(the driver-reported total, the weights, the activation peak and CUDA graphs come out of it), "
                f"so the two can differ; the pooled lower bound ({report.gpus.label}) counts memory as one pool.")
@@ -125,10 +125,10 @@ def _plan(report: SizingReport, system: UnitSystem) -> None:
 
 
 def _capacity(report: SizingReport, system: UnitSystem) -> None:
-    st.subheader(f"On the {report.n_gpus} × {report.gpu.name} deployed")
+    st.subheader(f"On the {report.n_gpus:,} × {report.gpu.name} deployed")
     cap = report.capacity
     if report.max_users < report.users:
-        st.warning(f"{report.users:,} users do not fit on {report.n_gpus} × {report.gpu.name} at "
+        st.warning(f"{report.users:,} users do not fit on {report.n_gpus:,} × {report.gpu.name} at "
                    f"{report.context:,} tokens: at most {report.max_users:,} by the reference formula. "
                    f"The answer above says how many GPUs serve them.", icon=":material/warning:")
     r1 = r2 = r3 = r4 = metric_row()

@@ -270,3 +270,14 @@ def test_snapshot_offers_csv_json_and_png_downloads():
     for chart in at.get("plotly_chart"):  # plotly's own export: a PNG named after the chart
         options = json.loads(chart.proto.config)["toImageButtonOptions"]
         assert options["format"] == "png" and options["filename"]
+
+
+def test_shares_read_in_one_style_beside_the_tables_percent_headers():
+    at = open_page()
+    texts = {m.label: m.value for m in at.metric}
+    # Problem 4: paged 16-token blocks hold 99.6 % of their slots; written "99.6 %", as the
+    # kernel page's "96 %" and the tables' "(%)" headers, not "99.6%".
+    assert texts["Utilisation: paged"] == "99.6 %"
+    assert texts["Utilisation: contiguous"].endswith(" %")
+    why = next(md.value for md in at.markdown if "Why paging wins here" in md.value)
+    assert "99.6 % holds tokens" in why and "%" not in why.replace(" %", "")

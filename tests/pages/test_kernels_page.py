@@ -577,3 +577,23 @@ def test_the_shipped_mla_run_is_shown_without_a_gpu():
     assert "242 FLOPs" in text and "the 167 this GPU" in text and "at 16 heads it does 30" in text
     assert "driver 580.159.04" in text and "commit b4a104c" in text
     assert "`python -m kernels.bench --mla --json mla-h200-2026-12-04.json`" in text and "/root/" not in text
+
+
+def _widths(element) -> dict[str, int]:
+    return {c: s["width"] for c, s in json.loads(element.proto.columns or "{}").items() if s.get("width")}
+
+
+def test_cells_past_the_grids_measured_rows_and_short_headers_are_not_cut():
+    at = _shipped_app()
+    table = at.dataframe[0]
+    names = list(table.value["Contender"])
+    # The grid sizes a column from rows 0-9 and the last; the shipped decode shape has 13 rows,
+    # and "FlashInfer decode, tensor cores, FP8 KV" (39 characters) is row 10, longer than any it measures.
+    longest = max(names, key=len)
+    assert names.index(longest) == 10 and len(longest) > max(len(n) for n in names[:10] + names[-1:])
+    assert _widths(table)["Contender"] >= 7.5 * len(longest)
+    # The interpreter check's "Seconds" is longer than its cells ("0.52"): sized to its cells it read "Secon…".
+    at.button(key="k_interp").click().run()
+    seconds = at.dataframe[-1]
+    assert all(len(v) < len("Seconds") for v in seconds.value["Seconds"])
+    assert _widths(seconds)["Seconds"] >= 7.5 * len("Seconds") + 28

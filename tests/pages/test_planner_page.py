@@ -310,3 +310,31 @@ def test_both_pages_show_the_answers_tpot_from_the_step_model():
     sizer = open_page("1_sizer.py", {"model": "llama-3.1-70b", "kv": "fp8", "w": "fp8", "ctx": "32768",
                                      "users": "100", "gpu": "h100-sxm", "tp": "8", "ngpu": "8"})
     assert line in texts(sizer.caption)
+
+
+def test_the_table_counts_whole_users_per_gpu_and_says_what_the_figure_means():
+    import json
+
+    at = _open({**REFERENCE_URL, "tpot": "0"})
+    element = next(e for e in at.dataframe if "Operating batch" in e.value.columns)
+    table = element.value.set_index("Operating batch")
+    # No TPOT target: each allocator runs its memory batch at TP 8, 94 contiguous and 1,506 paged;
+    # 94 / 8 = 11.75 and 1,506 / 8 = 188.25 users per GPU, of which whole users: 11 and 188.
+    assert table.loc["94", "Users per GPU (whole)"] == "11"
+    assert table.loc["1,506", "Users per GPU (whole)"] == "188"
+    assert "rounded down" in json.loads(element.proto.columns)["Users per GPU (whole)"]["help"]
+    # Shares are in percent like every other table: 2,048 of 32,768 reserved slots hold tokens.
+    assert float(table.loc["94", "KV utilisation (%)"]) == pytest.approx(100 * 2048 / 32768, abs=0.1)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"prompt_tokens,output_tokens\n10,-5\n", "row 1, column output_tokens: negative value (-5)"),
+    (b"a,b\n1,2\n", "missing prompt column"),
+])
+def test_a_refused_trace_upload_names_the_widget_not_the_field(content, message):
+    at = _open({"traffic": "trace"})
+    at.file_uploader(key="planner.trace_upload").set_value(("bad.csv", content, "text/csv")).run()
+    errors = [e.value for e in at.error]
+    # The simulator refuses it under its field "trace"; the page says "Trace", once.
+    assert len(errors) == 1 and errors[0].startswith(f"**Trace**: {message}"), errors
+    assert "trace:" not in errors[0]

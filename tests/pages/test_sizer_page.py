@@ -531,3 +531,42 @@ def test_every_page_offers_its_link_to_copy(page, query):
     links = [c.value for c in (at.code if page == "1_sizer.py" else at.sidebar.code) if "?" in c.value]
     assert len(links) == 1
     assert all(f"{name}={value}" in links[0] for name, value in query.items())
+
+
+def _table_with(at, column: str):
+    """The dataframe element that has ``column``, and its column settings (width, help)."""
+    for element in at.dataframe:
+        if column in element.value.columns:
+            return element, json.loads(element.proto.columns or "{}")
+    raise AssertionError(f"no table with {column!r}: {[list(e.value.columns) for e in at.dataframe]}")
+
+
+def test_layouts_considered_say_dash_not_none_or_zero_and_show_the_whole_note():
+    at = run_page({"eng": "1"})
+    element, config = _table_with(at, "KV memory per GPU (GiB)")
+    table = element.value
+    assert list(table.columns) == ["TP", "PP", "Requests per replica", "Replicas", "GPUs",
+                                   "KV memory per GPU (GiB)", "Note"]
+    assert "None" not in table.astype(str).to_numpy()
+    # TP 1 on an H100: 80 GB × 0.9 leaves ~1.5 GiB beside 65.8 GiB of weights, under the 10 GiB one
+    # 32,768-token BF16 request needs (320 KiB × 32,768): no replica holds a request.
+    tp1 = table[table["TP"] == "1"].iloc[0]
+    assert (tp1["Requests per replica"], tp1["Replicas"], tp1["GPUs"]) == ("0", "—", "—")
+    assert "one request of 32,768 tokens" in tp1["Note"]
+    # The note is wider than the grid's 500 px auto width: its column is set to the whole text.
+    assert config["Note"]["width"] >= 7.5 * len(tp1["Note"]) and "cannot hold" in config["GPUs"]["help"]
+
+
+def test_engine_memory_terms_have_sentence_case_headers_and_words():
+    at = run_page({"eng": "1"})
+    table = _table_with(at, "Basis")[0].value
+    assert list(table.columns) == ["Term", "GiB", "Estimated", "Basis"]
+    assert set(table["Estimated"]) <= {"yes", "no"} and "no" in set(table["Estimated"])
+
+
+def test_counts_and_shares_read_in_the_pages_one_format():
+    at = run_page({"ngpu": "1024"})
+    # 1,024 H100s deployed, with a separator like every other count; the TP plan's usable share
+    # in the percent style of the tables and metrics ("90 %", not "90%").
+    assert "On the 1,024 × H100 SXM deployed" in [h.value for h in at.subheader]
+    assert any("Whole TP replicas by the reference formula: 90 % of the vendor's GB" in c.value for c in at.caption)
