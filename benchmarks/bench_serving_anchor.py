@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 import sys
 import time
 from collections.abc import Mapping
@@ -46,6 +45,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from hardware.gpus import get_gpu  # noqa: E402
+from kernels.bench.timing import replay_median_s  # noqa: E402
 from kernels.decode.api import paged_decode_attention  # noqa: E402
 from planner.anchor import SCHEMA, SCHEMA_VERSION, AnchorReport, AnchorRow, write_anchor_json  # noqa: E402
 from planner.step_model import step_shape  # noqa: E402
@@ -326,29 +326,7 @@ def decode_step(model: Decoder, state: StepState, layers: int) -> tuple[torch.Te
 def graph_ms(fn, replays: int) -> float:
     """Median ms of ``replays`` CUDA-graph replays of ``fn`` (two eager warm-ups off the capture
     stream compile the kernels and make the workspaces; three warm-up replays)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    try:
-        for _ in range(3):
-            graph.replay()
-        times = []
-        for _ in range(replays):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end))
-        return statistics.median(times)
-    finally:
-        del graph
+    return replay_median_s(fn, replays, eager_warmups=2) * 1e3
 
 
 def timed_layers(spec: DecoderSpec, built: int, batch: int, context: int, kv_room: float,

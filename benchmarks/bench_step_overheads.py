@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
@@ -38,27 +37,11 @@ TOKENS = (1, 8, 32, 64, 128, 256)
 
 
 def _graph_seconds(fn, repeat: int) -> float:
-    """Median seconds of one replay of a graph that runs ``fn`` once."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up outside the capture (cuBLAS workspaces, autotuning)
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    for _ in range(3):
-        graph.replay()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+    """Median seconds of one replay of a graph that runs ``fn`` once (three eager warm-ups
+    outside the capture: cuBLAS workspaces, autotuning)."""
+    from kernels.bench.timing import replay_median_s
+
+    return replay_median_s(fn, repeat, eager_warmups=3)
 
 
 def graph_kernel_us(repeat: int) -> float:

@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from inputs.cli import OneLineParser, UsageError, arg_type, choice, run_cli
+from inputs.cli import OneLineParser, arg_type, choice, run_cli
 from inputs.uploads import dumps_strict, read_capped, read_path_capped
 from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
 from sizing.engine.cli import (

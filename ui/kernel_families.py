@@ -10,10 +10,11 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from inputs.errors import InputError
 from kernels.bench.family_records import FamiliesReport, ok_ms, ratio, read_families_file
 from kernels.bench.records import measured_text
+from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR
+from ui.kernel_tables import times_text, us_text
 
 __all__ = ["FAMILIES_DIR", "newest_families", "families_frame", "families_section"]
 
@@ -21,21 +22,8 @@ FAMILIES_DIR = RESULTS_DIR / "families"
 
 
 def newest_families(directory: Path = FAMILIES_DIR) -> tuple[FamiliesReport, str] | None:
-    """The newest valid families file and its name (file names carry the date), or None."""
-    for path in sorted(Path(directory).glob("*.json"), reverse=True):
-        try:
-            return read_families_file(path), path.name
-        except InputError:
-            continue  # a file the reader refuses is not shown
-    return None
-
-
-def _us(ms: float | None) -> str:
-    return "—" if ms is None else f"{ms * 1e3:,.1f}"
-
-
-def _x(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.2f}×"
+    """The newest valid families file and its name, or None (:func:`kernels.bench.results_json.newest_readable`)."""
+    return newest_readable(directory, read_families_file)
 
 
 def families_frame(report: FamiliesReport) -> pd.DataFrame:
@@ -47,10 +35,10 @@ def families_frame(report: FamiliesReport) -> pd.DataFrame:
             sliding = ok_ms(w, "sliding")
             rows.append({
                 "Shape": result.shape.label, "Window W (tokens)": f"{w.window:,}",
-                "Full over L (µs)": _us(full), "Full over W (µs)": _us(ok_ms(w, "window_full")),
-                "Sliding (µs)": _us(sliding), "Sliding + sinks (µs)": _us(ok_ms(w, "sliding_sinks")),
-                "Full over L ÷ sliding": _x(ratio(full, sliding)),
-                "Sinks ÷ sliding": _x(ratio(ok_ms(w, "sliding_sinks"), sliding)),
+                "Full over L (µs)": us_text(full), "Full over W (µs)": us_text(ok_ms(w, "window_full")),
+                "Sliding (µs)": us_text(sliding), "Sliding + sinks (µs)": us_text(ok_ms(w, "sliding_sinks")),
+                "Full over L ÷ sliding": times_text(ratio(full, sliding)),
+                "Sinks ÷ sliding": times_text(ratio(ok_ms(w, "sliding_sinks"), sliding)),
             })
     return pd.DataFrame(rows)
 

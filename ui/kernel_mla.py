@@ -10,12 +10,13 @@ from pathlib import Path
 import pandas as pd
 import streamlit as st
 
-from inputs.errors import InputError
 from kernels.bench.family_records import ok_ms, ratio
-from kernels.bench.mla_records import (CEILING_HEADS, MlaReport, best_peer_ms, bound_ms, latent_bytes, mla_flops,
-                                       read_mla_file)
+from kernels.bench.mla_records import (CEILING_HEADS, MlaReport, balance_flops_per_byte, best_peer_ms, bound_ms,
+                                       flops_per_latent_byte, read_mla_file)
 from kernels.bench.records import measured_text
+from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR, shown_command
+from ui.kernel_tables import times_text, us_text
 
 __all__ = ["MLA_DIR", "TARGET_LABELS", "newest_mla", "mla_frame", "mla_targets_frame", "provenance_text",
            "intensity_text", "mla_section"]
@@ -30,21 +31,8 @@ TARGET_LABELS = {
 
 
 def newest_mla(directory: Path = MLA_DIR) -> tuple[MlaReport, str] | None:
-    """The newest valid MLA file and its name (file names carry the date), or None."""
-    for path in sorted(Path(directory).glob("*.json"), reverse=True):
-        try:
-            return read_mla_file(path), path.name
-        except InputError:
-            continue  # a file the reader refuses is not shown
-    return None
-
-
-def _us(ms: float | None) -> str:
-    return "—" if ms is None else f"{ms * 1e3:,.1f}"
-
-
-def _x(value: float | None) -> str:
-    return "—" if value is None else f"{value:,.2f}×"
+    """The newest valid MLA file and its name, or None (:func:`kernels.bench.results_json.newest_readable`)."""
+    return newest_readable(directory, read_mla_file)
 
 
 def _fixed(value: float | None, spec: str) -> str:
@@ -60,10 +48,10 @@ def mla_frame(report: MlaReport) -> pd.DataFrame:
         mla = result.get("mla")
         bound, peer = bound_ms(s, report.ceilings), best_peer_ms(result)
         rows.append({
-            "Shape": f"B={s.batch} L={s.context} H={s.n_heads}", "Latent": s.kv, "Ours (µs)": _us(ours),
+            "Shape": f"B={s.batch} L={s.context} H={s.n_heads}", "Latent": s.kv, "Ours (µs)": us_text(ours),
             "TFLOP/s": _fixed(mla.rate if ours is not None and mla is not None else None, ",.0f"),
             "Share of bound": _fixed(ratio(bound, ours), ".2f"),
-            "SGLang Triton best (µs)": _us(peer), "Ours ÷ SGLang (speed)": _x(ratio(peer, ours)),
+            "SGLang Triton best (µs)": us_text(peer), "Ours ÷ SGLang (speed)": times_text(ratio(peer, ours)),
         })
     return pd.DataFrame(rows)
 
@@ -93,13 +81,10 @@ def intensity_text(report: MlaReport) -> str | None:
     c = report.ceilings
     bf16 = [r.shape for r in report.results if r.shape.kv == "bf16"]
     heavy = next((s for s in bf16 if s.n_heads == CEILING_HEADS), None)
-    if heavy is None or not c.copy_tbps or not c.matmul_tflops:
+    balance = balance_flops_per_byte(c)
+    if heavy is None or balance is None:
         return None
-    balance = c.matmul_tflops / c.copy_tbps
-
-    def per_byte(shape) -> float:  # B and L cancel: FLOPs and bytes both scale with B x L
-        return mla_flops(shape) / latent_bytes(shape)
-
+    per_byte = flops_per_latent_byte
     heavy_bound = "the matmul rate bounds it, not HBM" if per_byte(heavy) > balance else "the read bounds it"
     text = (f"At {heavy.n_heads} heads the absorbed form does {per_byte(heavy):,.0f} FLOPs per bf16 latent byte, "
             f"{'past' if per_byte(heavy) > balance else 'below'} the {balance:,.0f} this GPU balances at "

@@ -51,6 +51,16 @@ MISSING = "—"  # what a cell shows where nothing was measured
 _OURS = {"decode": "triton_paged", "prefill": "triton_flash", "mixed": "triton_chunked"}
 
 
+def us_text(ms: float | None) -> str:
+    """Milliseconds as a microsecond cell (``0.2569`` → ``"256.9"``), :data:`MISSING` for none."""
+    return MISSING if ms is None else f"{ms * 1e3:,.1f}"
+
+
+def times_text(value: float | None) -> str:
+    """A ratio cell (``23.17×``), :data:`MISSING` for none."""
+    return MISSING if value is None else f"{value:,.2f}×"
+
+
 def contender_name(contender: str) -> str:
     return CONTENDER_NAMES.get(contender, contender.replace("_", " "))
 

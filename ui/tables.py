@@ -11,7 +11,7 @@ table here has a handful of rows, read rather than sorted, and a numeric column 
 
 Figures in sentences and metrics take the same formats: :func:`number_text` and
 :func:`counted` for counts (thousands separators), :func:`percent_text` for shares ("6.5 %",
-a space before the sign, as the tables' headers and the design's "90 % of HBM").
+a space before the sign, as the tables' headers write it).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from inputs.errors import InputError, shown
 from kernels.bench.record_ranges import check_ranges
-from kernels.bench.records import STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec
+from kernels.bench.records import STATUSES, Ceilings, Measurement, Provenance, Target, TargetSpec, worst_target
 from kernels.bench.results_json import (
     check_target_names, parse_results, read_results_file, report_to_json, write_results_json,
 )
@@ -154,19 +154,6 @@ def ratio(num_ms: float | None, den_ms: float | None) -> float | None:
     return num_ms / den_ms if num_ms and den_ms else None
 
 
-def _worst(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str) -> Target:
-    """The target at its worst pair (the highest for an ``at_most`` one, else the lowest)."""
-    common = dict(name=spec.name, required=spec.required, at_most=spec.at_most)
-    if not pairs:
-        return Target(measured=None, met=False, detail=empty, **common)
-    unmeasured = [label for label, value in pairs if value is None]
-    if unmeasured:
-        return Target(measured=None, met=False, detail=f"not measured at {', '.join(unmeasured[:4])}", **common)
-    label, value = (max if spec.at_most else min)(pairs, key=lambda pair: pair[1])
-    met = value <= spec.required if spec.at_most else value >= spec.required
-    return Target(measured=value, met=met, detail=f"worst: {label}", **common)
-
-
 def compute_family_targets(results: tuple[FamilyResult, ...]) -> tuple[Target, ...]:
     """The three targets from the records of one run, each at its worst shape."""
     specs = {s.name: s for s in FAMILY_TARGET_SPECS}
@@ -181,9 +168,9 @@ def compute_family_targets(results: tuple[FamilyResult, ...]) -> tuple[Target, .
             if w.window <= MAX_WINDOW_SHARE * r.shape.context:
                 vs_full.append((label, ratio(best_full_ms(r), sliding)))
     return (
-        _worst(vs_window, specs["sliding_decode_vs_window_full"], "no sliding window in this run"),
-        _worst(vs_full, specs["sliding_decode_vs_full"], "no shape with W / L <= 1/8 in this run"),
-        _worst(sinks, specs["sinks_overhead"], "no shape in this run"),
+        worst_target(vs_window, specs["sliding_decode_vs_window_full"], "no sliding window in this run", listed=4),
+        worst_target(vs_full, specs["sliding_decode_vs_full"], "no shape with W / L <= 1/8 in this run", listed=4),
+        worst_target(sinks, specs["sinks_overhead"], "no shape in this run", listed=4),
     )
 
 

@@ -36,7 +36,7 @@ from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flo
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
     "STATUSES", "DECODE_CONTENDERS", "PAGED_PEERS", "FP8_PAGED_PEERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "MIXED_CONTENDERS", "TARGET_SPECS",
-    "LARGE_DECODE_TOKENS", "eager_target_shape", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
+    "LARGE_DECODE_TOKENS", "eager_target_shape", "worst_target", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
     "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "measured_text", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
@@ -338,20 +338,20 @@ def _ok_ms(result: DecodeResult | PrefillResult, contender: str) -> float | None
     return m.median_ms if m is not None and m.status == "ok" and m.median_ms else None
 
 
-def _worst(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str) -> Target:
+def worst_target(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str, *,
+                 listed: int | None = None) -> Target:
     """Worst measured value over the shapes (lowest speed, or highest cost for an ``at_most``
-    target); a shape with no figure makes the target unmet."""
+    target); a shape with no figure makes the target unmet (its detail names the first
+    ``listed`` such shapes, all when None); ``empty`` is the detail when there is no shape."""
     common = dict(name=spec.name, required=spec.required, at_most=spec.at_most)
     if not pairs:
         return Target(measured=None, met=False, detail=empty, **common)
     missing = [label for label, v in pairs if v is None]
     if missing:
-        return Target(measured=None, met=False, detail=f"not measured at {', '.join(missing)}", **common)
-    if spec.at_most:
-        label, value = max(pairs, key=lambda p: p[1])
-        return Target(measured=value, met=value <= spec.required, detail=f"worst: {label}", **common)
-    label, value = min(pairs, key=lambda p: p[1])
-    return Target(measured=value, met=value >= spec.required, detail=f"worst: {label}", **common)
+        return Target(measured=None, met=False, detail=f"not measured at {', '.join(missing[:listed])}", **common)
+    label, value = (max if spec.at_most else min)(pairs, key=lambda p: p[1])
+    met = value <= spec.required if spec.at_most else value >= spec.required
+    return Target(measured=value, met=met, detail=f"worst: {label}", **common)
 
 
 def eager_target_shape(shape: DecodeShape) -> bool:
@@ -393,22 +393,22 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
         return (r.shape.label, _ratio(min(peers), _ok_ms(r, "triton_paged"))) if peers else None
 
     out = [
-        _worst([(r.shape.label, kernel_tbps(r)) for r in large], specs["decode_large_tbps"], no_large),
-        _worst([p for p in map(over_best_peer, decode) if p is not None], specs["decode_vs_best_paged_peer"],
+        worst_target([(r.shape.label, kernel_tbps(r)) for r in large], specs["decode_large_tbps"], no_large),
+        worst_target([p for p in map(over_best_peer, decode) if p is not None], specs["decode_vs_best_paged_peer"],
                "no CUDA-library paged kernel ran in this run (scripts/peer_wheels.sh fetches them)"),
-        _worst([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in large],
+        worst_target([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in large],
                specs["decode_large_vs_cudnn"], no_large),
-        _worst([(r.shape.label, _speedup(r, "gather_sdpa", "triton_paged")) for r in large],
+        worst_target([(r.shape.label, _speedup(r, "gather_sdpa", "triton_paged")) for r in large],
                specs["decode_large_vs_gather"], no_large),
     ]
     b1 = [r for r in decode if eager_target_shape(r.shape)]
-    out.append(_worst([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in b1],
+    out.append(worst_target([(r.shape.label, _speedup(r, "sdpa_cudnn", "triton_paged")) for r in b1],
                       specs["decode_b1_32k_vs_cudnn"], "no batch-1 context-32K decode shape in this run"))
-    out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_fp8")) for r in large],
+    out.append(worst_target([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_fp8")) for r in large],
                       specs["decode_fp8_vs_bf16"], no_large))
-    out.append(_worst([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_int4")) for r in large],
+    out.append(worst_target([(r.shape.label, _speedup(r, "triton_paged", "triton_paged_int4")) for r in large],
                       specs["decode_int4_vs_bf16"], no_large))
-    out.append(_worst([(r.shape.label, _eager_overhead_us(r)) for r in b1], specs["decode_eager_overhead_us"],
+    out.append(worst_target([(r.shape.label, _eager_overhead_us(r)) for r in b1], specs["decode_eager_overhead_us"],
                       "no batch-1 context-32K decode shape in this run"))
     for causal in (True, False):
         rows = [r for r in prefill if r.shape.causal == causal and r.shape.seq_len >= 4096]
@@ -416,16 +416,16 @@ def compute_targets(decode: tuple[DecodeResult, ...], prefill: tuple[PrefillResu
         empty = f"no {kind} prefill shape with N >= 4K in this run"
         for base in ("flash", "cudnn"):
             pairs = [(r.shape.label, _speedup(r, f"sdpa_{base}", "triton_flash")) for r in rows]
-            out.append(_worst(pairs, specs[f"prefill_vs_{base}_{kind}"], empty))
+            out.append(worst_target(pairs, specs[f"prefill_vs_{base}_{kind}"], empty))
     both = [r for r in mixed if 0 < r.shape.n_decode < len(r.shape.q_lens)]
     with_decode = [r for r in mixed if r.shape.n_decode]
     dense = [r for r in mixed if r.shape.prefill_only]
     out += [
-        _worst([(r.shape.label, _speedup(r, "triton_chunked_split", "triton_chunked")) for r in both],
+        worst_target([(r.shape.label, _speedup(r, "triton_chunked_split", "triton_chunked")) for r in both],
                specs["mixed_vs_split_launches"], "no mixed batch with both chunks and decode rows in this run"),
-        _worst([(r.shape.label, _speedup(r, "gather_sdpa", "triton_chunked")) for r in with_decode],
+        worst_target([(r.shape.label, _speedup(r, "gather_sdpa", "triton_chunked")) for r in with_decode],
                specs["mixed_vs_gather_sdpa"], "no mixed batch with decode rows in this run"),
-        _worst([(r.shape.label, _speedup(r, "triton_flash", "triton_chunked")) for r in dense],
+        worst_target([(r.shape.label, _speedup(r, "triton_flash", "triton_chunked")) for r in dense],
                specs["chunked_prefill_vs_dense"], "no prefill-only mixed batch in this run"),
     ]
     order = [s.name for s in TARGET_SPECS]

@@ -90,6 +90,18 @@ def read_results_file(path: str | Path, parse, *, error: type[InputError], max_b
     return parse(raw)
 
 
+def newest_readable(directory: str | Path, read) -> tuple[object, str] | None:
+    """The newest file in ``directory`` that ``read(path)`` accepts and its name (file names carry
+    the date, so the last in name order is the newest), or None: a file the reader refuses (an
+    InputError) is passed over, not shown."""
+    for path in sorted(Path(directory).glob("*.json"), reverse=True):
+        try:
+            return read(path), path.name
+        except InputError:
+            continue
+    return None
+
+
 def check_target_names(targets, specs) -> None:
     """Targets distinct and among ``specs``' (a file from before a target existed lacks it; an
     unknown or repeated one is not this program's)."""

@@ -22,6 +22,7 @@ import datetime as _dt
 import gc
 import os
 import platform
+import statistics
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -36,7 +37,7 @@ from kernels.bench.records import Ceilings, Measurement, Provenance  # noqa: E40
 from kernels.theory import copy_tbps, tflops  # noqa: E402
 from units import GB, cdiv  # noqa: E402
 
-__all__ = ["environment", "do_bench", "eager_ms", "graph_ms", "measure", "measure_ceilings", "is_oom", "Rotation",
+__all__ = ["environment", "do_bench", "eager_ms", "graph_ms", "replay_median_s", "measure", "measure_ceilings", "is_oom", "Rotation",
            "rotations", "sdpa_context", "free_cuda_memory", "ROTATE_TARGET_BYTES", "MAX_ROTATIONS"]
 
 ROTATE_TARGET_BYTES = 1 * GB  # one timed call's inputs span >= this (L2 is ~50 MB)
@@ -157,6 +158,36 @@ def graph_ms(fn: Callable[[], object], calls: int, warmup_ms: float, rep_ms: flo
             fn()
     try:
         return do_bench(graph.replay, warmup_ms, rep_ms) / calls
+    finally:
+        del graph
+
+
+def replay_median_s(fn: Callable[[], object], replays: int, *, eager_warmups: int = 3) -> float:
+    """Median seconds of one replay of a CUDA graph that runs ``fn`` once, timed replay by replay
+    with CUDA events (no L2 flush: a whole model step, or a step term, as the engine replays it).
+    ``eager_warmups`` calls off the capture stream first compile kernels and make workspaces
+    (cuBLAS, autotuning), then three replays warm the graph."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(eager_warmups):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    try:
+        for _ in range(3):
+            graph.replay()
+        times = []
+        for _ in range(replays):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
     finally:
         del graph
 

@@ -116,7 +116,7 @@ def single_wave_splits(batch: int, n_kv_heads: int, max_len: int, block_n: int, 
 
 def default_num_splits(
     batch: int, n_kv_heads: int, max_len: int, block_n: int, sm_count: int, waves: int = 2,
-    resident: int = 2, min_tiles: int = FULL_MIN_TILES,
+    resident: int = 2, min_tiles: int = FULL_MIN_TILES, whole_tiles: int = 0,
 ) -> int:
     """Parts to cut each sequence into so that the grid fills the GPU in whole waves.
 
@@ -129,7 +129,8 @@ def default_num_splits(
     whole waves (or the other of one and two, when that fills its last wave better), round the
     split count to the neighbour that wastes less of the last wave, keep at least ``min_tiles``
     tiles per split (4 for full attention, whose merge would otherwise cost more than the split
-    saves; a window's few tiles are better spread one per split than left on a few SMs), and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
+    saves; a window's few tiles are better spread one per split than left on a few SMs), leave a
+    call of at most ``whole_tiles`` tiles unsplit (a short window), and do not split once ``batch * n_kv_heads`` alone fills them. Between equally full
     choices, the configured number of waves wins, then more splits for one wave and fewer for
     two: a third, nearly empty wave cost up to 40 % on the H200.
     """
@@ -137,7 +138,8 @@ def default_num_splits(
     slots = resident * sm_count  # programs resident at once
     if programs >= waves * slots:
         return 1
-    cap = max(1, min(cdiv(max_len, block_n) // min_tiles, MAX_SPLITS))
+    tiles = cdiv(max_len, block_n)
+    cap = 1 if tiles <= whole_tiles else max(1, min(tiles // min_tiles, MAX_SPLITS))
 
     def candidates(w: int) -> set[int]:
         ideal = w * slots / programs

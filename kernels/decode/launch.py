@@ -107,14 +107,15 @@ class SplitKernelArgs:
 @lru_cache(maxsize=256)
 def split_plan(batch: int, n_kv_heads: int, max_len: int, device: torch.device, num_splits: int | None,
                block_n: int, waves: int = 2, resident: int = 2, single_wave: bool = False,
-               min_tiles: int = FULL_MIN_TILES) -> SplitPlan:
+               min_tiles: int = FULL_MIN_TILES, whole_tiles: int = 0) -> SplitPlan:
     """The split count (unless given: ``default_num_splits``' whole waves of ``resident``
     programs per SM, or with ``single_wave`` the most that fit in one, ``single_wave_splits``)
     and grid for a call."""
     if num_splits is None:
         sms = sm_count(device.index or 0) if device.type == "cuda" else 4
         num_splits = (single_wave_splits(batch, n_kv_heads, max_len, block_n, sms, resident) if single_wave
-                      else default_num_splits(batch, n_kv_heads, max_len, block_n, sms, waves, resident, min_tiles))
+                      else default_num_splits(batch, n_kv_heads, max_len, block_n, sms, waves, resident, min_tiles,
+                                         whole_tiles))
     return SplitPlan(grid=(n_kv_heads, batch, num_splits), num_splits=num_splits)
 
 
@@ -126,14 +127,16 @@ DEFAULT_RESIDENT = 2  # assumed where nothing is compiled (the interpreter)
 def planned_split(cache_key: tuple, batch: int, n_kv_heads: int, max_len: int, device: torch.device,
                   num_splits: int | None, block_n: int, waves: int,
                   compile_split: Callable[[SplitPlan], object], *, single_wave_per_sm: int | None = None,
-                  single_wave: bool = False, min_tiles: int = FULL_MIN_TILES) -> tuple[SplitPlan, int]:
+                  single_wave: bool = False, min_tiles: int = FULL_MIN_TILES,
+                  whole_tiles: int = 0) -> tuple[SplitPlan, int]:
     """A call's split plan and the resident programs per SM it assumed.
 
     Without an explicit ``num_splits`` on a GPU, the split kernel is compiled once per
     ``cache_key`` (``compile_split(trial_plan)``, which must compile without launching) and the
     plan fills whole waves of its residency (``single_wave``: at most one wave, of at most
     ``single_wave_per_sm`` programs per SM when given); otherwise ``DEFAULT_RESIDENT`` is assumed.
-    ``min_tiles``: the fewest ``block_n`` tiles a split may hold (``default_num_splits``).
+    ``min_tiles``, ``whole_tiles``: the fewest ``block_n`` tiles a split may hold, and the most a
+    call may hold and stay unsplit (``default_num_splits``).
     """
     resident = DEFAULT_RESIDENT
     if num_splits is None and not interpreted(device):
@@ -141,7 +144,7 @@ def planned_split(cache_key: tuple, batch: int, n_kv_heads: int, max_len: int, d
         resident = resident_per_sm(cache_key, lambda: compile_split(trial))
     per_sm = min(resident, single_wave_per_sm) if single_wave and single_wave_per_sm else resident
     return (split_plan(batch, n_kv_heads, max_len, device, num_splits, block_n, waves, per_sm, single_wave,
-                       min_tiles), resident)
+                       min_tiles, whole_tiles), resident)
 
 
 def resident_per_sm(cache_key: tuple, compile_kernel: Callable[[], object]) -> int:

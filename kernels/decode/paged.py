@@ -100,7 +100,6 @@ from kernels.decode.config import (  # noqa: E402
     FP8_DTYPE, FULL_MIN_TILES, WINDOW_MIN_TILES, WINDOW_WHOLE_TILES, DecodeConfig, default_config, default_num_splits,
 )
 from kernels.decode.direct_launch import DirectLauncher  # noqa: E402
-from units import cdiv  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 from kernels.decode.launch import (  # noqa: E402
     SplitKernelArgs,
@@ -390,8 +389,6 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
     max_len = block_tables.shape[1] * block_size
     if span.kind != "full":
         max_len = min(max_len, visible_bound(span, max_len) + config.block_n)
-        if num_splits is None and cdiv(max_len, config.block_n) <= WINDOW_WHOLE_TILES:
-            num_splits = 1  # a short window: the merge would cost more than the split saves
     variant = (span.code, sinks is not None)  # compiled separately: other registers, other residency
     # Splits are planned on the residency of the kernel without sinks: a sink only sets split 0's
     # starting max and sum, so the work per split is the same, yet its own compile held five
@@ -415,7 +412,8 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
                              num_splits, config.block_n, config.waves, lambda trial: _paged_decode_kernel.warmup(
                                  *args(trial, inline).values(), grid=trial.grid,
                                  **_constexprs(key, config, True, inline, planned_variant)),
-                             min_tiles=FULL_MIN_TILES if span.kind == "full" else WINDOW_MIN_TILES)[0]
+                             **(dict(min_tiles=FULL_MIN_TILES) if span.kind == "full" else
+                                dict(min_tiles=WINDOW_MIN_TILES, whole_tiles=WINDOW_WHOLE_TILES)))[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
     return plan, args(plan, inline), _constexprs(key, config, plan.split, inline, variant), out

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Protocol
 
 from inputs.errors import InputError, shown
-from kernels.bench.records import DecodeShape, Provenance, Target, TargetSpec
+from kernels.bench.records import DecodeShape, Provenance, Target, TargetSpec, worst_target
 from kernels.bench.results_json import check_target_names, parse_results, read_results_file, write_results_json
 from kernels.bench.results_json import report_to_json as generic_report_to_json
 
@@ -210,19 +210,6 @@ def _sweep_ms(points: tuple[AllReducePoint, ...], n_bytes: int, ranks: int) -> f
     return None if hit is None else hit.ms
 
 
-def _worst(pairs: list[tuple[str, float | None]], spec: TargetSpec, empty: str) -> Target:
-    common = dict(name=spec.name, required=spec.required, at_most=spec.at_most)
-    if not pairs:
-        return Target(measured=None, met=False, detail=empty, **common)
-    missing = [label for label, value in pairs if value is None]
-    if missing:
-        return Target(measured=None, met=False, detail=f"not measured at {', '.join(missing[:4])}", **common)
-    pick = max if spec.at_most else min
-    label, value = pick(pairs, key=lambda p: p[1])
-    met = value <= spec.required if spec.at_most else value >= spec.required
-    return Target(measured=value, met=met, detail=f"worst: {label}", **common)
-
-
 def compute_targets(tp_steps: tuple[TPStepResult, ...], all_reduce: tuple[AllReducePoint, ...],
                     transfers: tuple[TransferResult, ...]) -> tuple[Target, ...]:
     """The run's two targets, each at its worst case (a case with no figure leaves it unmet)."""
@@ -239,8 +226,9 @@ def compute_targets(tp_steps: tuple[TPStepResult, ...], all_reduce: tuple[AllRed
              for t in transfers
              if t.method == "nccl" and t.mode == "whole" and t.prompt_tokens >= TRANSFER_TARGET_MIN_PROMPT]
     return (
-        _worst(steps, specs["allreduce_in_step_vs_busbw"], "no TP step above TP 1 in this run"),
-        _worst(moved, specs["transfer_vs_peer_copy_8k"], "no whole-block transfer with a prompt >= 8K in this run"),
+        worst_target(steps, specs["allreduce_in_step_vs_busbw"], "no TP step above TP 1 in this run", listed=4),
+        worst_target(moved, specs["transfer_vs_peer_copy_8k"], "no whole-block transfer with a prompt >= 8K in this run",
+                     listed=4),
     )
 
 

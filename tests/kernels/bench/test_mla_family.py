@@ -135,3 +135,16 @@ def test_the_shipped_h200_run_reads_back_and_its_targets_are_its_figures():
         mla = r.get("mla")
         assert mla.status == "ok" and mla.max_abs_err <= r.atol
         assert (r.get("sglang_triton_8").status == "ok") == (r.shape.kv == "bf16")
+
+
+def test_intensity_and_the_ceilings_balance_follow_hand_counts():
+    from kernels.bench.mla_records import balance_flops_per_byte, flops_per_latent_byte
+
+    heavy = _result({"mla": 1.0}).shape
+    # 2 x 128 heads x 1,088 FLOPs per token over 1,152 bytes per token = 241.8.
+    assert flops_per_latent_byte(heavy) == pytest.approx(2 * 128 * 1088 / 1152)
+    assert flops_per_latent_byte(dataclasses.replace(heavy, n_heads=16)) == pytest.approx(2 * 16 * 1088 / 1152)
+    assert balance_flops_per_byte(Ceilings(copy_tbps=4.0, copy_buffer_bytes=1, matmul_tflops=700.0,
+                                           matmul_n=8192)) == pytest.approx(175.0)
+    assert balance_flops_per_byte(Ceilings(copy_tbps=None, copy_buffer_bytes=1, matmul_tflops=700.0,
+                                           matmul_n=8192)) is None

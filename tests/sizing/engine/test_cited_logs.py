@@ -291,7 +291,7 @@ def test_qwen3_6_35b_state_dtypes_from_config():
 
 def test_qwen3_6_35b_explained():
     # The log's non-default args turn prefix caching on: the state in "align" mode, 2 pages a
-    # request. The engine line is vLLM 0.24.0, whose "GPU KV cache size" is
+    # request. The log was written by vLLM 0.24.0 (as the logs README cites it), whose "GPU KV cache size" is
     # int(max_concurrency × max_model_len) = int(299 / 69 × 131,072) = 567,978 (not 299 // 4 ×
     # 2,096 = 155,104, the rule before 0.24).
     parsed = _parsed("qwen3.6-35b-a3b-nvfp4-rtx5090-club3090-612.log")
