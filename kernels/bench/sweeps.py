@@ -68,6 +68,8 @@ class SweepConfig:
     prefill_heads: tuple[int, int] = (32, 32)  # query, KV heads
     prefill_tokens: int = 16384  # batch = max(1, prefill_tokens // N): same work per N
     prefill_causal: tuple[bool, ...] = (True, False)
+    # Head dim 256 (Gemma-2/3's global layers): these N at the same work per N, both masks.
+    prefill_d256_ns: tuple[int, ...] = (4096,)
     memory_ns: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384, 32768)
     memory_heads: int = 32
     naive: bool = True
@@ -87,7 +89,7 @@ class SweepConfig:
     def quick(cls) -> "SweepConfig":
         """A short sweep for the app: a few decode shapes, two prefill sizes, no 32K memory point."""
         return cls(decode_batches=(1, 32), decode_contexts=(4096, 32768), b1_long_contexts=(),
-                   decode_heads=((32, 8),), prefill_ns=(1024, 4096), memory_ns=(1024, 4096, 8192),
+                   decode_heads=((32, 8),), prefill_ns=(1024, 4096), prefill_d256_ns=(), memory_ns=(1024, 4096, 8192),
                    mixed_quick=True, page_sizes=(16, 256), page_shapes=((8, 32768),), rep_ms=25.0)
 
 
@@ -122,11 +124,16 @@ def page_size_shapes(config: SweepConfig) -> tuple[DecodeShape, ...]:
 
 
 def prefill_shapes(config: SweepConfig) -> tuple[PrefillShape, ...]:
+    """Every N of ``prefill_ns`` at the run's head dim, then ``prefill_d256_ns`` at head dim 256
+    (none twice when the run's head dim is 256), each causal and not."""
     hq, hkv = config.prefill_heads
+    sizes = [(n, config.head_dim) for n in config.prefill_ns]
+    if config.head_dim != 256:
+        sizes += [(n, 256) for n in config.prefill_d256_ns]
     return tuple(
         PrefillShape(batch=max(1, config.prefill_tokens // n), seq_len=n, n_q_heads=hq, n_kv_heads=hkv,
-                     head_dim=config.head_dim, causal=causal, dtype=config.dtype)
-        for causal in config.prefill_causal for n in config.prefill_ns
+                     head_dim=d, causal=causal, dtype=config.dtype)
+        for causal in config.prefill_causal for n, d in sizes
     )
 
 
