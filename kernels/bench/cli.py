@@ -6,8 +6,7 @@ number has a range (shown in ``--help``), lists are comma-separated with an opti
 (x 1024: ``1k,32k``) and heads are ``query:KV`` pairs (``32:8``). A bad argument ends as one
 line naming the option and exit status 2, before the GPU is looked for. ``--families`` runs the
 attention-families section instead (:mod:`kernels.bench.families`; ``--json`` then writes its records),
-``--mla`` the MLA decode section and ``--layer-mix`` catalogue models' attention layer mixes
-(:mod:`kernels.bench.layer_mix`).
+``--mla`` the MLA decode section. A catalogue model's layer mix is ``python -m planner layer-mix``.
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, 
 from inputs.errors import InputError, shown
 from kernels.bench.families import FamilyConfig, family_config, format_families, run_families
 from kernels.bench.family_records import write_families_json
-from kernels.bench.layer_mix import DEFAULT_MODELS, DEFAULT_SHAPES, default_requests, format_layer_mixes, run_layer_mixes
-from kernels.bench.layer_mix_records import MixRequest, write_layer_mix_json
 from kernels.bench.mla_family import MlaRunConfig, format_mla, run_mla
 from kernels.bench.mla_records import write_mla_json
 from kernels.bench.records import write_bench_json
@@ -46,7 +43,6 @@ HEADS = Bound(field="heads", low=1, high=256, integer=True, unit="heads")
 BLOCK_SIZE = Bound(field="block-size", low=1, high=256, integer=True, unit="tokens")  # the kernel's limit
 REP_MS = Bound(field="rep-ms", low=0, high=60_000, low_open=True, unit="ms")
 WINDOW = Bound(field="window", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
-TP = Bound(field="tp", low=1, high=64, integer=True, unit="ranks")
 ONLY = ("all", "decode", "prefill", "mixed", "memory", "page-sizes")
 
 
@@ -84,23 +80,6 @@ def variant_list(text: str) -> tuple[str, ...]:
         return variant_names(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).replace(repr(text), shown(text))) from None
-
-
-def model_list(text: str) -> tuple[str, ...]:
-    """An argparse ``type``: comma-separated catalogue model ids (a near match is suggested)."""
-    from sizing.catalogue import get_entry
-
-    if len(text) > 4096:
-        raise argparse.ArgumentTypeError(f"expected catalogue model ids, got {len(text)} characters")
-    ids = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not ids:
-        raise argparse.ArgumentTypeError("expected catalogue model ids such as gpt-oss-120b,deepseek-v3")
-    for model in ids:
-        try:
-            get_entry(model)
-        except InputError as exc:
-            raise argparse.ArgumentTypeError(exc.message) from None
-    return tuple(get_entry(m).id for m in ids)
 
 
 def head_pairs(text: str) -> tuple[tuple[int, int], ...]:
@@ -152,12 +131,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mla", action="store_true",
                    help="run the MLA decode section instead: DeepSeek-V3's latent (512 + 64), 128 and 16 heads, "
                         "against the ceilings and SGLang's Triton MLA decode (its source: scripts/peer_sources.sh)")
-    p.add_argument("--layer-mix", action="store_true",
-                   help="time catalogue models' attention layer mixes instead (one layer of each kind, the step's "
-                        f"share by kind; default models {', '.join(DEFAULT_MODELS)}; takes --model, --batch, "
-                        "--context, --tp, --no-fp8, --rep-ms)")
-    p.add_argument("--model", type=model_list, help="--layer-mix: catalogue model ids, comma-separated")
-    p.add_argument("--tp", type=arg_type(TP), help=f"--layer-mix: tensor-parallel degree (default 1; {help_range(TP)})")
     p.add_argument("--window", type=token_list(WINDOW),
                    help=f"--families: sliding windows, e.g. 128,1k,4k (each {help_range(WINDOW)}, under every context)")
     return p
@@ -195,9 +168,6 @@ def _run(argv: list[str]) -> int:
         raise UsageError("argument --window: goes with --families")
     if args.mla and (args.families or args.window):
         raise UsageError("argument --mla: runs its own section; leave out --families and --window")
-    if (args.model or args.tp) and not args.layer_mix:
-        raise UsageError(f"argument {'--model' if args.model else '--tp'}: goes with --layer-mix")
-    mixes = _mix_requests(args) if args.layer_mix else None  # a model the TP does not divide: refused here
     families = _families_config(args) if args.families else None  # a bad window is refused before the GPU check
     if not torch.cuda.is_available():
         print("kernels.bench: no CUDA GPU here; the benchmark needs one (tests run the kernels "
@@ -208,12 +178,6 @@ def _run(argv: list[str]) -> int:
     def show(ev: ProgressEvent) -> None:
         print(f"[{ev.done}/{ev.total}] {ev.message}", file=sys.stderr, flush=True)
 
-    if mixes is not None:
-        mix = run_layer_mixes(mixes, progress=show, rep_ms=args.rep_ms or 20.0, command=command)
-        print(format_layer_mixes(mix))
-        if args.json:
-            print(f"\nwrote {write_layer_mix_json(mix, args.json)}")
-        return 0
     if args.mla:
         mla = run_mla(MlaRunConfig(peers=not args.no_peers), progress=show, command=command)
         print(format_mla(mla))
@@ -242,22 +206,6 @@ def _families_config(args: argparse.Namespace) -> FamilyConfig:
     return family_config(quick=args.quick, batches=args.batch, contexts=args.context, windows=args.window,
                          heads=args.heads, block_size=args.block_size, rep_ms=args.rep_ms, fp8=not args.no_fp8,
                          cuda_graphs=not args.eager)
-
-
-def _mix_requests(args: argparse.Namespace) -> tuple[MixRequest, ...]:
-    """The layer-mix requests from the options they take; every other section's options are refused."""
-    if args.families or args.mla or args.window or args.heads or args.only != "all" or args.variant:
-        raise UsageError("argument --layer-mix: runs its own section; leave out --families, --mla, --window, "
-                         "--heads, --only and --variant")
-    shapes = DEFAULT_SHAPES
-    if args.batch or args.context:
-        shapes = tuple((b, L) for b in (args.batch or tuple(dict.fromkeys(b for b, _ in DEFAULT_SHAPES)))
-                       for L in (args.context or tuple(dict.fromkeys(L for _, L in DEFAULT_SHAPES))))
-    try:
-        return default_requests(args.model or DEFAULT_MODELS, shapes, ("bf16",) if args.no_fp8 else ("bf16", "fp8"),
-                                tp=args.tp or 1)
-    except InputError as exc:
-        raise UsageError(f"argument --{exc.field.replace('_', '-')}: {exc.message}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""One catalogue model's attention layer mix timed on this project's decode kernels: one layer
-of each attention kind :func:`kernels.bench.layer_mix_records.kinds_of` lists, at the request's
-batch, context, KV format and one GPU's share of the heads (records, bytes and shares there).
+"""A model's attention layer mix timed on this project's decode kernels: one layer of each
+attention kind of the request (:class:`kernels.bench.layer_mix_records.KindTiming`, made from the
+sizer's catalogue by :func:`planner.layer_mix.kinds_of`), at the request's batch, context, KV
+format and one GPU's share of the heads (records, bytes and shares in the records module).
 
 Kernels: full attention runs as a plain call of :func:`kernels.decode.api.paged_decode_attention`
 (the register-dequant kernel for FP8 on Hopper); windows, chunks and sinks run the Triton kernel,
@@ -29,7 +30,7 @@ import torch  # noqa: E402
 
 from kernels.bench.contenders import DTYPES, random_paged_tensors  # noqa: E402
 from kernels.bench.layer_mix_records import (  # noqa: E402
-    SCHEMA, SCHEMA_VERSION, KindTiming, LayerMixReport, MixRequest, MixResult, kinds_of,
+    SCHEMA, SCHEMA_VERSION, KindTiming, LayerMixReport, MixRequest, MixResult,
 )
 from kernels.bench.records import Ceilings, Measurement  # noqa: E402
 from kernels.bench.sweeps import ProgressEvent, ProgressFn  # noqa: E402
@@ -40,9 +41,6 @@ from kernels.decode.api import mla_decode_attention, paged_decode_attention  # n
 from kernels.reference.mla import mla_decode_reference  # noqa: E402
 from kernels.reference.paged import paged_attention_reference  # noqa: E402
 from kernels.tolerances import tolerance  # noqa: E402
-from sizing.catalogue import get_entry  # noqa: E402
-from sizing.layers import LayerKind  # noqa: E402
-from sizing.models import ModelShape  # noqa: E402
 
 __all__ = ["MLA_PAGE", "time_layer_mix", "run_layer_mixes", "format_layer_mixes"]
 
@@ -92,32 +90,33 @@ def _gqa_pool(request: MixRequest, kind: KindTiming, device: torch.device, gen: 
 
 
 def _gqa_call(x: _GqaPool, kind: KindTiming) -> _Call:
-    span = {}
-    if kind.kind == LayerKind.SLIDING:
-        span["sliding_window"] = kind.window
-    elif kind.kind == LayerKind.CHUNKED:
-        span["chunk_size"] = kind.window
+    opts: dict = {}
+    if kind.kind == "sliding":
+        opts["sliding_window"] = kind.window
+    elif kind.kind == "chunked":
+        opts["chunk_size"] = kind.window
     if kind.sinks:
-        span["sinks"] = x.sinks
-    backend = "triton" if span else "auto"  # windows, chunks and sinks run on the Triton kernel only
+        opts["sinks"] = x.sinks
+    backend = "triton" if opts else "auto"  # windows, chunks and sinks run on the Triton kernel only
+    opts["sm_scale"] = kind.sm_scale
     r = x.rows
-    ref = paged_attention_reference(x.q[0, r], x.k, x.v, x.tables[0, r], x.lens[r], **x.scales, **span)
+    ref = paged_attention_reference(x.q[0, r], x.k, x.v, x.tables[0, r], x.lens[r], **x.scales, **opts)
 
     def check() -> tuple[float, str]:
-        out = paged_decode_attention(x.q[0], x.k, x.v, x.tables[0], x.lens, backend=backend, **x.scales, **span)
+        out = paged_decode_attention(x.q[0], x.k, x.v, x.tables[0], x.lens, backend=backend, **x.scales, **opts)
         return float((out[r].float() - ref).abs().max()), f"vs fp32 reference, sequences {r}"
 
     def run() -> object:
         x.i = (x.i + 1) % x.rotations
         return paged_decode_attention(x.q[x.i], x.k, x.v, x.tables[x.i], x.lens, backend=backend, validate=False,
-                                      **x.scales, **span)
+                                      **x.scales, **opts)
 
     return _Call(run=run, check=check)
 
 
-def _mla_call(request: MixRequest, kind: KindTiming, shape: ModelShape, device: torch.device,
-              gen: torch.Generator) -> _Call:
-    b, rank, rope = request.batch, shape.kv_lora_rank, shape.qk_rope_head_dim
+def _mla_call(request: MixRequest, kind: KindTiming, device: torch.device, gen: torch.Generator) -> _Call:
+    b, rank = request.batch, kind.latent_rank
+    rope = kind.head_dim - rank
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
     cache = build_mla_cache([request.context] * b, block_size=MLA_PAGE, kv_lora_rank=rank, rope_dim=rope, dtype=dtype,
                             device=device, shuffle=True, generator=gen)
@@ -127,8 +126,7 @@ def _mla_call(request: MixRequest, kind: KindTiming, shape: ModelShape, device: 
         if device.type == "cuda" else 1
     q_lat = torch.randn(n_rot, b, kind.q_heads, rank, device=device, generator=gen).to(dtype)
     q_rope = torch.randn(n_rot, b, kind.q_heads, rope, device=device, generator=gen).to(dtype)
-    # 1 / sqrt(the query-key head dim), as the model scales its logits (DeepSeek: 128 + 64).
-    sm_scale = shape.head_dim ** -0.5
+    sm_scale = kind.sm_scale
     rows = sorted({0, b - 1})
     checked = replace(cache, block_tables=cache.block_tables[rows], seq_lens=cache.seq_lens[rows])
     ref = mla_decode_reference(q_lat[0, rows], q_rope[0, rows], checked, sm_scale=sm_scale)
@@ -172,32 +170,30 @@ def _time(call: _Call, kind: KindTiming, tol: float, device: torch.device, ceili
     return m
 
 
-def time_layer_mix(request: MixRequest, ceilings: Ceilings, *, device: str = "cuda", warmup_ms: float = 5.0,
-                   rep_ms: float = 20.0, seed: int = 0) -> MixResult:
-    """Time one layer of each attention kind of ``request``'s model (:func:`kinds_of`); a kind
-    whose kernel refuses the shape (a head dim or group no kernel takes) or runs out of memory
-    carries the reason in its measurement and stays out of the sums."""
-    entry = get_entry(request.model)
+def time_layer_mix(request: MixRequest, model_name: str, kinds: tuple[KindTiming, ...], ceilings: Ceilings, *,
+                   device: str = "cuda", warmup_ms: float = 5.0, rep_ms: float = 20.0, seed: int = 0) -> MixResult:
+    """Time one layer of each attention kind of ``kinds`` (a kind with a ``reason`` is kept
+    untimed); a kind whose kernel refuses the shape (a head dim or group no kernel takes) or runs
+    out of memory carries the reason in its measurement and stays out of the sums."""
     dev = torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(seed)
     out = []
     pool = None
-    for kind in kinds_of(request):
+    for kind in kinds:
         if kind.reason:
             out.append(kind)
             continue
-        mla = kind.kind == LayerKind.MLA
+        mla = kind.kind == "mla"
         tol = tolerance("mla_decode" if mla else "paged_decode", request.kv).atol
         try:
             if mla:
-                call = _mla_call(request, kind, entry.shape, dev, gen)
-                graph_calls = 1
+                call, graph_calls = _mla_call(request, kind, dev, gen), 1
             else:
                 pool = pool or _gqa_pool(request, kind, dev, gen)
-                call = _gqa_call(pool, kind)
-                graph_calls = pool.rotations
+                call, graph_calls = _gqa_call(pool, kind), pool.rotations
         except Exception as exc:  # noqa: BLE001 - out of memory, or a shape the kernel refuses
-            free_cuda_memory() if dev.type == "cuda" else None
+            if dev.type == "cuda":
+                free_cuda_memory()
             out.append(_with(kind, _failed(exc, kind.bytes_read, "building it")))
             continue
         m = _time(call, kind, tol, dev, ceilings, warmup_ms, rep_ms, graph_calls)
@@ -208,42 +204,29 @@ def time_layer_mix(request: MixRequest, ceilings: Ceilings, *, device: str = "cu
     pool = None
     if dev.type == "cuda":
         free_cuda_memory()
-    return MixResult(request=request, model_name=entry.name, kinds=tuple(out))
+    return MixResult(request=request, model_name=model_name, kinds=tuple(out))
 
 
 def _with(kind: KindTiming, m: Measurement) -> KindTiming:
     return replace(kind, measurement=m, reason="" if m.status == "ok" else m.note)
 
 
-# The shipped run: a model of each family the sizer sizes (Gemma-3's 5 sliding : 1 full, gpt-oss's
-# alternating 128-token windows with sinks, Llama 4's chunks, DeepSeek-V3's MLA on one GPU's
-# 128 heads as under data-parallel attention, and Llama-3.1-8B's full attention to compare).
-DEFAULT_MODELS = ("gemma-3-27b", "gpt-oss-120b", "llama-4-scout", "deepseek-v3", "llama-3.1-8b")
-DEFAULT_SHAPES = ((1, 8192), (1, 32768), (32, 8192), (32, 32768))
-
-
-def default_requests(models: tuple[str, ...] = DEFAULT_MODELS, shapes: tuple[tuple[int, int], ...] = DEFAULT_SHAPES,
-                     kv_formats: tuple[str, ...] = ("bf16", "fp8"), tp: int = 1) -> tuple[MixRequest, ...]:
-    """Every model at every (batch, context) and KV format (InputError / SizingError naming the field)."""
-    return tuple(MixRequest(model=m, batch=b, context=L, kv=kv, tp=tp) for m in models for b, L in shapes
-                 for kv in kv_formats)
-
-
-def run_layer_mixes(requests: tuple[MixRequest, ...], *, device: str = "cuda", progress: ProgressFn | None = None,
-                    rep_ms: float = 20.0, command: str = "kernels.bench.layer_mix.run_layer_mixes()") -> LayerMixReport:
-    """The copy ceiling, then every request in order; ``progress`` is called before each and may
-    raise to cancel."""
+def run_layer_mixes(jobs: tuple[tuple[MixRequest, str, tuple[KindTiming, ...]], ...], *, device: str = "cuda",
+                    progress: ProgressFn | None = None, rep_ms: float = 20.0,
+                    command: str = "kernels.bench.layer_mix.run_layer_mixes()") -> LayerMixReport:
+    """The copy ceiling, then every ``(request, model name, kinds)`` in order; ``progress`` is
+    called before each and may raise to cancel."""
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("timing a layer mix needs a CUDA GPU (or device='cpu' for the interpreter)")
     begin = time.perf_counter()
     ceilings = measure_ceilings()  # all None on the CPU
     results = []
-    for i, r in enumerate(requests):
+    for i, (r, name, kinds) in enumerate(jobs):
         if progress is not None:
-            progress(ProgressEvent(done=i, total=len(requests), message=f"{r.model} B={r.batch} L={r.context} {r.kv}"))
-        results.append(time_layer_mix(r, ceilings, device=device, rep_ms=rep_ms, seed=i))
+            progress(ProgressEvent(done=i, total=len(jobs), message=f"{r.model} B={r.batch} L={r.context} {r.kv}"))
+        results.append(time_layer_mix(r, name, kinds, ceilings, device=device, rep_ms=rep_ms, seed=i))
     if progress is not None:
-        progress(ProgressEvent(done=len(requests), total=len(requests), message="done"))
+        progress(ProgressEvent(done=len(jobs), total=len(jobs), message="done"))
     return LayerMixReport(schema=SCHEMA, schema_version=SCHEMA_VERSION, provenance=environment(command),
                           ceilings=ceilings, results=tuple(results), wall_s=time.perf_counter() - begin)
 

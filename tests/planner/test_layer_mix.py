@@ -1,5 +1,5 @@
-"""A catalogue model's attention layer mix: the kinds, heads and bytes against hand counts from the
-models' configs, a whole run under the Triton interpreter (or timed, on a GPU) checked against the
+"""A catalogue model's attention layer mix (planner.layer_mix, kernels.bench.layer_mix): the
+kinds, heads and bytes against hand counts from the models' configs, a whole run under the Triton interpreter (or timed, on a GPU) checked against the
 float32 references, the strict JSON round trip and its refusals, and the CLI's refusals."""
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ import json
 import pytest
 import torch
 
-from kernels.bench import cli
-from kernels.bench.layer_mix import format_layer_mixes, run_layer_mixes
-from kernels.bench.layer_mix_records import (
-    LayerMixJsonError, MixRequest, kinds_of, parse_layer_mix_json, read_layer_mix_file, write_layer_mix_json,
-)
-from kernels.bench.results_json import report_to_json
 from inputs.errors import InputError
-from sizing.errors import SizingError
+from kernels.bench.layer_mix import format_layer_mixes, run_layer_mixes
+from kernels.bench.layer_mix_records import LayerMixJsonError, MixRequest, parse_layer_mix_json, write_layer_mix_json
+from kernels.bench.results_json import report_to_json
+from planner import cli
+from planner.layer_mix import check_against_catalogue, kinds_of, mix_job, read_checked_layer_mix
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -54,10 +52,11 @@ def test_llama_4_chunks_and_mla_latent_and_state_layers():
     assert chunk.layers == 36 and chunk.keys_seen == 10_000 - 8192
     # DeepSeek-V3 at TP 8: 16 of the 128 heads, the 512 + 64 latent replicated on every rank.
     mla = _kinds(model="deepseek-v3", batch=4, context=1000, tp=8)["MLA latent"]
-    assert (mla.layers, mla.q_heads, mla.kv_heads, mla.head_dim) == (61, 16, 1, 576)
+    assert (mla.layers, mla.q_heads, mla.kv_heads, mla.head_dim, mla.latent_rank) == (61, 16, 1, 576, 512)
+    assert mla.sm_scale == pytest.approx((128 + 64) ** -0.5)  # qk_nope_head_dim + qk_rope_head_dim
     assert mla.kv_bytes_per_token == 576 * 2 and mla.bytes_read == 4 * 1000 * 1152
     # Qwen3-Next's gated-delta-net layers: a state, no per-token KV, no kernel here.
-    state = _kinds(model="qwen3-next-80b-a3b", batch=2, context=4096)["Linear-attention state"]
+    state = _kinds(model="qwen3-next-80b-a3b", batch=2, context=4096)["Recurrent state"]
     assert state.layers == 36 and state.kv_bytes_per_token == 0 and state.keys_seen == 0
     assert state.bytes_read == 2 * state.state_bytes_per_sequence > 0 and "no kernel" in state.reason
 
@@ -70,8 +69,8 @@ def test_llama_4_chunks_and_mla_latent_and_state_layers():
     (dict(model="no-such-model", batch=1, context=8), "model"),
 ])
 def test_requests_are_refused_naming_the_field(kw, field):
-    with pytest.raises((InputError, SizingError)) as info:
-        MixRequest(**kw)
+    with pytest.raises(InputError) as info:
+        kinds_of(MixRequest(**kw))
     assert info.value.field == field
 
 
@@ -83,7 +82,8 @@ REQUESTS = (MixRequest(model="gpt-oss-20b", batch=2, context=200),
 
 @pytest.fixture(scope="module")
 def report():
-    return run_layer_mixes(REQUESTS, device=DEVICE, rep_ms=2.0, command="python -m kernels.bench --layer-mix")
+    return run_layer_mixes(tuple(mix_job(r).as_tuple() for r in REQUESTS), device=DEVICE, rep_ms=2.0,
+                           command="python -m planner layer-mix")
 
 
 def test_every_attention_kind_runs_and_matches_its_reference(report):
@@ -106,23 +106,27 @@ def test_the_json_round_trip_is_strict_and_checks_the_catalogue(report, tmp_path
     path = write_layer_mix_json(report, tmp_path / "mix.json")
     document = json.loads(path.read_text(), parse_constant=lambda c: (_ for _ in ()).throw(AssertionError(c)))
     assert document["schema"] == "kv-cache-explorer.kernels.bench.layer_mix"
-    assert read_layer_mix_file(path) == report
+    assert read_checked_layer_mix(path) == report
     # A result whose layer groups are not the catalogue model's is not this program's.
     r = report.results[0]
     wrong = dataclasses.replace(r, kinds=(dataclasses.replace(r.kinds[0], layers=7), *r.kinds[1:]))
-    with pytest.raises(LayerMixJsonError, match="not the layer groups"):
-        parse_layer_mix_json(report_to_json(dataclasses.replace(report, results=(wrong,))))
+    text = report_to_json(dataclasses.replace(report, results=(wrong,)))
+    parse_layer_mix_json(text)  # well-formed on its own ...
+    with pytest.raises(LayerMixJsonError, match="not the layer groups"):  # ... but not the catalogue's model
+        parse_layer_mix_json(text, check_against_catalogue)
     text = report_to_json(report).replace('"gpt-oss-20b"', '"gpt-oss-21b"')
     with pytest.raises(LayerMixJsonError, match="gpt-oss-21b"):
-        parse_layer_mix_json(text)
+        parse_layer_mix_json(text, check_against_catalogue)
+    with pytest.raises(LayerMixJsonError, match="kind"):
+        parse_layer_mix_json(report_to_json(report).replace('"kind": "mla"', '"kind": "latent"'))
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["--layer-mix", "--model", "gpt-oss-120b", "--tp", "3"], "--tp"),
-    (["--layer-mix", "--model", "nope"], "--model"),
-    (["--tp", "2"], "--tp"),
-    (["--layer-mix", "--families"], "--layer-mix"),
-    (["--layer-mix", "--batch", "1000"], "--batch"),
+    (["layer-mix", "--model", "gpt-oss-120b", "--tp", "3"], "--tp"),
+    (["layer-mix", "--model", "nope"], "--model"),
+    (["layer-mix", "--context", "1k,x"], "--context"),
+    (["layer-mix", "--batch", "1000"], "--batch"),
+    (["layer-mix", "--rep-ms", "0"], "--rep-ms"),
 ])
 def test_cli_refuses_bad_layer_mix_options_in_one_line(argv, named, capsys):
     assert cli.main(argv) == 2
