@@ -47,6 +47,7 @@ class LogCase:
     pp: int = 1
     kv_dtype: str = "bf16"
     weight_dtype: str = "bf16"  # the checkpoint's format (sizing.precisions name)
+    mxfp4_backend: str = "auto"  # the MoE kernel holding MXFP4 experts (sizing.engine.mxfp4)
     max_model_len: int = 8192
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
@@ -104,13 +105,14 @@ CASES: tuple[LogCase, ...] = (
             why_not="the GPU is only described as '24 GB'"),
     LogCase(file="cited/gpt-oss-120b-h100-vllm27508.log", model="openai/gpt-oss-120b", preset="gpt-oss-120b",
             gpu="h100-sxm", gpu_label="H100 80GB HBM3", version="0.11-series (gpu_worker.py:298)",
-            weight_dtype="mxfp4", max_model_len=131_072, max_num_batched_tokens=1024, max_num_seqs=1024,
-            gpu_memory_utilization=0.95,
-            assumed="max_model_len = the model's 131,072; max_num_seqs 1024 (the API-server default on ≥ 70 GiB GPUs)",
+            weight_dtype="mxfp4", mxfp4_backend="marlin", max_model_len=131_072, max_num_batched_tokens=1024,
+            max_num_seqs=1024, gpu_memory_utilization=0.95,
+            assumed="max_model_len = the model's 131,072; max_num_seqs 1024 (the API-server default on ≥ 70 GiB GPUs); "
+                    "MXFP4 on Marlin, as the 0.10.x/0.11.x pip installs of the other H100 logs (no triton_kernels)",
             in_table=True),
     LogCase(file="cited/gpt-oss-120b-h100-vllm23278.log", model="openai/gpt-oss-120b", preset="gpt-oss-120b",
             gpu="h100-sxm", gpu_label="H100", version="0.10.1-series (gpu_worker.py:276)", weight_dtype="mxfp4",
-            max_model_len=131_072, why_not="the thread does not give the command (utilisation unknown)"),
+            mxfp4_backend="marlin", max_model_len=131_072, why_not="the thread does not give the command (utilisation unknown)"),
     LogCase(file="cited/qwen3-coder-30b-a3b-fp8-pp2-vllm34076.log", model="Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8",
             preset="qwen3-30b-a3b", gpu_label="RTX 5070 Ti 16 GB + RTX 5090 D 32 GB", version="0.15.2rc1.dev93",
             pp=2, weight_dtype="fp8_block", max_model_len=262_144, why_not="two different GPUs, neither in the catalogue"),

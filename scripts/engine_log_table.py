@@ -8,7 +8,8 @@ Run from the repository root::
 For each case of :mod:`scripts.engine_log_cases` with ``in_table`` the prediction is
 :func:`sizing.engine.capacity.plan_engine` with no KV budget: the GPU's catalogue entry (or the
 log's own ``total_gpu_memory`` where it prints one), ``gpu_memory_utilization``, the weights the
-sizer estimates for the checkpoint's format, and the memory profile's own activation, non-torch
+sizer estimates for the checkpoint's format (MXFP4 experts with the padding of the MoE kernel the
+case names, :mod:`sizing.engine.mxfp4`), and the memory profile's own activation, non-torch
 and CUDA-graph estimates. A second column drops the CUDA-graph term for logs of vLLM releases that
 did not yet subtract it (before 0.21), to separate that term from the rest. The logged weights,
 activation peak and non-torch memory are shown beside the estimates wherever the log prints them.
@@ -100,7 +101,8 @@ def _request(case: LogCase, parsed: ParsedLog, *, graphs_profiled: bool = True) 
         max_model_len=case.max_model_len, gpu_memory_utilization=case.gpu_memory_utilization,
         max_num_batched_tokens=case.max_num_batched_tokens, max_num_seqs=case.max_num_seqs,
         enforce_eager=case.enforce_eager, activation=widths, total_bytes_per_gpu=total,
-        weights_total_bytes=weights, cuda_graphs_profiled=graphs_profiled)
+        weights_total_bytes=weights, weight_dtype=case.weight_dtype, mxfp4_backend=case.mxfp4_backend,
+        cuda_graphs_profiled=graphs_profiled)
     return request, source
 
 

@@ -41,9 +41,10 @@ from typing import Any
 from sizing.checkpoints import Launchable, checkpoint_for
 from sizing.engine.capacity import (DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, DEFAULT_UTILIZATION,
                                     ENGINE_KV_DTYPES, EngineReport, EngineRequest, plan_engine)
-from sizing.engine.groups import GroupingRule
+from sizing.engine.groups import DEFAULT_VLLM_VERSION, GroupingRule
 from sizing.engine.launch import LaunchPlan, sglang_command, vllm_command
 from sizing.engine.memory import ActivationShape
+from sizing.engine.mxfp4 import AUTO
 from sizing.engine.pipeline import pipeline_stage
 from sizing.errors import NoKVRoom, SizingError
 from sizing.models import check_int
@@ -79,6 +80,8 @@ class EngineSettings:
     total_bytes_per_gpu: int | None = None
     measured_tp: int | None = None
     cuda_graphs_profiled: bool = True  # False: vLLM before 0.21, which did not subtract them
+    vllm_version: str = DEFAULT_VLLM_VERSION  # the release modelled (see EngineRequest)
+    mxfp4_backend: str = AUTO  # the MoE kernel holding MXFP4 experts (see EngineRequest)
 
     def check(self) -> None:
         u = self.gpu_memory_utilization
@@ -240,7 +243,9 @@ def _base(report: SizingReport, settings: EngineSettings, repo: str, activation:
         gpu_memory_utilization=planned, max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs, rule=settings.rule, enforce_eager=settings.enforce_eager,
         activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo,
-        total_bytes_per_gpu=settings.total_bytes_per_gpu, cuda_graphs_profiled=settings.cuda_graphs_profiled)
+        total_bytes_per_gpu=settings.total_bytes_per_gpu, cuda_graphs_profiled=settings.cuda_graphs_profiled,
+        weight_dtype=report.weight_precision.name, vllm_version=settings.vllm_version,
+        mxfp4_backend=settings.mxfp4_backend)
     return _Base(report=report, settings=settings, request=request)
 
 

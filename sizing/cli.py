@@ -451,7 +451,8 @@ def engine_settings_from_args(args: argparse.Namespace) -> EngineSettings:
         kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu), activation_bytes=gib_bytes(args.activation_gib),
         non_torch_bytes=gib_bytes(args.non_torch_gib), cuda_graph_bytes=gib_bytes(args.cuda_graph_gib),
         total_bytes_per_gpu=gib_bytes(args.gpu_total_gib), measured_tp=args.tp,
-        cuda_graphs_profiled=not args.cuda_graphs_not_profiled)
+        cuda_graphs_profiled=not args.cuda_graphs_not_profiled, vllm_version=args.vllm_version,
+        mxfp4_backend=args.mxfp4_backend)
 
 
 # ---- output --------------------------------------------------------------------------------
@@ -521,7 +522,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = answer_for(report, engine_settings_from_args(args))
         engine = None
         if args.engine:
-            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes))
+            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes,
+                                                         weight_dtype=report.weight_precision.name))
         if args.json:
             print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {}),
                                 "answer": answer.as_dict()}, indent=2))

@@ -22,10 +22,11 @@ from inputs.uploads import dumps_strict, read_capped, read_path_capped
 from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
 from sizing.engine.cli import (
     BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config, add_hybrid_arguments,
-    hybrid_options_from_args,
+    hybrid_options_from_args, vllm_version_arg,
 )
-from sizing.engine.explain import explain_log, startup_fix
-from sizing.engine.groups import GroupingRule, vllm_release
+from sizing.engine.explain import explain_log
+from sizing.engine.startup_fix import startup_fix
+from sizing.engine.groups import GroupingRule
 from sizing.engine.log_model import identify_log_model
 from sizing.engine.memory import ActivationShape
 from sizing.engine.vllm_log import MAX_LOG_BYTES, ParsedLog, parse_vllm_log
@@ -34,15 +35,6 @@ from sizing.presets import get_preset
 __all__ = ["explain_main"]
 
 PROG = "python -m sizing explain-log"
-
-
-def _vllm_version(text: str) -> str:
-    """A release like 0.24.0 (what ``vllm_release`` reads), kept as typed."""
-    try:
-        vllm_release(text)
-    except ValueError as exc:  # InputError included: its message names the value
-        raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
-    return text
 
 
 def _explain_parser() -> argparse.ArgumentParser:
@@ -57,7 +49,7 @@ def _explain_parser() -> argparse.ArgumentParser:
     group.add_argument("--max-num-batched-tokens", type=arg_type(BATCHED_TOKENS), metavar="N")
     group.add_argument("--max-num-seqs", type=arg_type(NUM_SEQS), metavar="N")
     group.add_argument("--engine-rule", type=choice(tuple(GroupingRule)), metavar="{" + ",".join(GroupingRule) + "}")
-    group.add_argument("--vllm-version", type=_vllm_version, metavar="X.Y.Z",
+    group.add_argument("--vllm-version", type=vllm_version_arg, metavar="X.Y.Z",
                        help="the vLLM release that wrote the log (how it counts 'GPU KV cache size'); default: the "
                             "log's own, else both counts are tried")
     add_hybrid_arguments(group, defaults=False)

@@ -8,6 +8,7 @@ Modules, one job each (pure Python; nothing runs at import time):
                 equal size, padding layers; blocks, tokens, concurrency, max_model_len.
 * ``capacity``  :func:`plan_engine` (one request → one frozen :class:`EngineReport`) and the
                 reverse questions (utilisation for N users, largest max_model_len, smallest TP).
+* ``mxfp4``     MXFP4 experts as vLLM holds them: the padding of the MoE kernel it picks per GPU.
 * ``pipeline``  vLLM's split of layers over pipeline stages.
 * ``vllm_log``  the parser of a pasted start-up log; ``explain`` reconstructs its figures.
 * ``launch``    the ``vllm serve`` and SGLang commands for a plan (the deployment they launch

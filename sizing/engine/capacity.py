@@ -11,6 +11,11 @@ Reverse questions:
 * the largest ``max_model_len`` one request of which fits (vLLM's own binary search);
 * the smallest TP — a power of two that divides the query heads and suits the KV heads, as
   vLLM requires (it pads the vocabulary, so that need not divide) — at which the users fit.
+
+The weights are the sizer's checkpoint figure ÷ TP, plus, for MXFP4 experts, the padding of the
+MoE kernel vLLM picks for the GPU (:mod:`sizing.engine.mxfp4`). ``vllm_version`` picks how "GPU KV
+cache size" is counted (:func:`~sizing.engine.groups.reported_kv_tokens`) and, before 0.21,
+leaves the CUDA-graph estimate out.
 """
 
 from __future__ import annotations
@@ -22,15 +27,32 @@ from typing import Any
 
 from hardware.gpus import GPU, get_gpu
 from inputs.errors import InputError
-from sizing.engine.groups import DEFAULT_ATTENTION_BACKEND, GroupingRule, KVCacheLayout, kv_cache_layout
+from sizing.engine.groups import (
+    DEFAULT_ATTENTION_BACKEND,
+    DEFAULT_VLLM_VERSION,
+    GroupingRule,
+    KVCacheLayout,
+    kv_cache_layout,
+    reported_kv_tokens,
+    tokens_rule,
+    vllm_release,
+)
 from sizing.engine.launch import LaunchPlan, sglang_command, sglang_max_total_tokens, sglang_mem_fraction, vllm_command
-from sizing.engine.memory import LOGIT_BYTES, SAMPLER_VOCAB_COPIES, ActivationShape, MemoryProfile, memory_profile
+from sizing.engine.memory import (
+    CUDA_GRAPHS_PROFILED_SINCE,
+    LOGIT_BYTES,
+    SAMPLER_VOCAB_COPIES,
+    ActivationShape,
+    MemoryProfile,
+    memory_profile,
+)
+from sizing.engine.mxfp4 import AUTO, ExpertShape, Mxfp4Backend, check_backend_name, padded_sizes, resolve_backend
 from sizing.errors import NoKVRoom, SizingError
-from sizing.kv import weights_bytes
 from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.precisions import Precision, get_precision
 from sizing.presets import get_preset
-from units import GiB
+from sizing.weights import engine_weight_bytes
+from units import GiB, cdiv
 
 ENGINE_KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")  # what vLLM's --kv-cache-dtype can hold
 MAX_ENGINE_TP = 64
@@ -48,7 +70,12 @@ class EngineRequest:
     ``attention_backend`` sets the kernel block alignment of a hybrid model's attention block
     (``kernel_block_alignment`` overrides it, in tokens); ``speculative_tokens`` is vLLM's
     ``num_speculative_tokens``, which lengthens the convolution state of Mamba2 / gated-delta-net
-    layers.
+    layers. ``weight_dtype`` names the checkpoint's format also when ``weights_total_bytes`` gives
+    its bytes: MXFP4 experts are then held at the padded shapes of ``mxfp4_backend`` (``auto``: the
+    backend vLLM picks on the GPU, :func:`sizing.engine.mxfp4.default_backend`). ``vllm_version``
+    (default :data:`~sizing.engine.groups.DEFAULT_VLLM_VERSION`, the newest release the rules were
+    checked against) picks how "GPU KV cache size" is counted; before 0.21 the CUDA graphs are
+    not subtracted, as with ``cuda_graphs_profiled=False``.
     """
 
     model: ModelShape | str
@@ -67,6 +94,8 @@ class EngineRequest:
     attention_backend: str = DEFAULT_ATTENTION_BACKEND
     kernel_block_alignment: int | None = None
     speculative_tokens: int = 0
+    mxfp4_backend: str = AUTO
+    vllm_version: str = DEFAULT_VLLM_VERSION
     enforce_eager: bool = False
     activation: ActivationShape | None = None
     model_repo: str | None = None
@@ -92,9 +121,10 @@ class EngineReport:
     profile: MemoryProfile
     layout: KVCacheLayout
     num_blocks: int
-    kv_cache_tokens: int
+    kv_cache_tokens: int  # "GPU KV cache size" as request.vllm_version prints it
     max_concurrency: float
     blocks_per_request: int
+    mxfp4_backend: Mxfp4Backend | None  # the kernel whose padding the MXFP4 experts carry; None: not MXFP4
     request_bytes: int  # one request of max_model_len, over all layer slots
     fits_one_request: bool
     max_model_len_fit: int  # vLLM's estimate of the largest max_model_len that fits
@@ -130,6 +160,8 @@ class EngineReport:
             },
             "engine_num_blocks": self.num_blocks,
             "engine_kv_cache_tokens": self.kv_cache_tokens,
+            "engine_vllm_version": self.request.vllm_version,
+            "engine_mxfp4_backend": None if self.mxfp4_backend is None else str(self.mxfp4_backend),
             "engine_max_concurrency": self.max_concurrency,
             "engine_blocks_per_request": self.blocks_per_request,
             "engine_request_bytes": self.request_bytes,
@@ -152,8 +184,11 @@ class _Inputs:
     repo: str
     gpu: GPU
     kv: Precision
-    weights: Precision | None
+    weights: Precision
     activation: ActivationShape
+    release: tuple[int, int]
+    mxfp4: Mxfp4Backend | None  # the MoE kernel holding MXFP4 experts; None: not MXFP4 (or not known)
+    mxfp4_note: str = ""
 
 
 def _resolve(request: EngineRequest) -> _Inputs:
@@ -177,8 +212,8 @@ def _resolve(request: EngineRequest) -> _Inputs:
     if request.kv_dtype not in ENGINE_KV_DTYPES:
         raise SizingError("kv_dtype", f"vLLM caches KV as {', '.join(ENGINE_KV_DTYPES)}; got {request.kv_dtype!r:.40}")
     kv = get_precision(request.kv_dtype, field="kv_dtype")
-    weights = None if request.weights_total_bytes is not None else get_precision(
-        request.weight_dtype, group_size=request.weight_group_size, field="weight_dtype")
+    weights = get_precision(request.weight_dtype, group_size=request.weight_group_size, field="weight_dtype")
+    release = vllm_release(request.vllm_version)
     check_int("max_model_len", request.max_model_len, high=MAX_TOKENS)
     check_int("max_num_batched_tokens", request.max_num_batched_tokens, high=1 << 24)
     check_int("max_num_seqs", request.max_num_seqs, high=1 << 20)
@@ -190,8 +225,35 @@ def _resolve(request: EngineRequest) -> _Inputs:
         value = getattr(request, name)
         if value is not None:
             check_int(name, value, low=0 if name != "total_bytes_per_gpu" else 1, high=1 << 50)
+    backend, note = _mxfp4_backend(request, model, gpu, weights, activation)
     return _Inputs(model=model, repo=request.model_repo or repo, gpu=gpu, kv=kv, weights=weights,
-                   activation=activation)
+                   activation=activation, release=release, mxfp4=backend, mxfp4_note=note)
+
+
+def _mxfp4_backend(request: EngineRequest, model: ModelShape, gpu: GPU, weights: Precision,
+                   activation: ActivationShape) -> tuple[Mxfp4Backend | None, str]:
+    """The MoE kernel that holds the model's MXFP4 experts, and a note where its padding is not
+    counted; (None, "") for weights that are not MXFP4 experts or are measured."""
+    name = check_backend_name(request.mxfp4_backend)
+    if weights.name != "mxfp4" or not model.num_experts or request.weights_bytes_per_gpu is not None:
+        return None, ""
+    backend = resolve_backend(name, gpu.id)
+    if activation.assumed:
+        return None, ("MXFP4 expert padding not counted: the expert widths are not known (no config), so the "
+                      "weights are the checkpoint's bytes")
+    if backend is None:
+        return None, (f"MXFP4 expert padding not counted: the compute capability of {gpu.name} is not known; "
+                      "name the MoE backend (mxfp4_backend) to count it")
+    return backend, ""
+
+
+def _experts(inp: _Inputs) -> ExpertShape:
+    """The model's MXFP4 experts: every layer an MoE layer (gpt-oss, the MXFP4 checkpoints vLLM
+    loads), each expert ``hidden`` → ``moe_intermediate`` (the config's ``intermediate_size`` when
+    it names no ``moe_intermediate_size``)."""
+    shape = inp.activation
+    return ExpertShape(layers=inp.model.layers, experts=inp.model.num_experts, hidden=shape.hidden,
+                       intermediate=shape.moe_intermediate or shape.intermediate)
 
 
 def _check_tp(model: ModelShape, tp: int) -> int:
@@ -205,20 +267,31 @@ def _check_tp(model: ModelShape, tp: int) -> int:
 def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) -> MemoryProfile:
     total = request.total_bytes_per_gpu or inp.gpu.engine_total_bytes
     weights = request.weights_bytes_per_gpu
+    basis = "checkpoint bytes ÷ TP"
     if weights is None:
         total_weights = request.weights_total_bytes
         if total_weights is None:
-            total_weights = weights_bytes(inp.model.params, inp.weights)
+            total_weights = engine_weight_bytes(inp.model, inp.weights).bytes
         weights = math.ceil(Fraction(total_weights, tp))
+        if inp.mxfp4 is not None:
+            experts = _experts(inp)
+            padding = experts.padding_bytes_per_gpu(inp.mxfp4, tp)
+            hidden, inter = padded_sizes(inp.mxfp4, experts.hidden, cdiv(experts.intermediate, tp))
+            weights += padding
+            layout = "; triton_kernels' Hopper layout pads values and scales" if inp.mxfp4 is Mxfp4Backend.TRITON else ""
+            basis += (f" + {padding / GiB:,.2f} GiB of MXFP4 expert padding ({inp.mxfp4}: hidden {experts.hidden:,} → "
+                      f"{hidden:,}, intermediate {cdiv(experts.intermediate, tp):,} → {inter:,} a rank{layout})")
+    graphs_profiled = request.cuda_graphs_profiled and inp.release >= CUDA_GRAPHS_PROFILED_SINCE
     return memory_profile(
         total_bytes=total, total_measured=request.total_bytes_per_gpu is not None or inp.gpu.engine_total_measured,
         utilization=utilization, weights_bytes_per_gpu=weights, shape=inp.activation, tp=tp,
         max_num_batched_tokens=request.max_num_batched_tokens, max_num_seqs=request.max_num_seqs,
         enforce_eager=request.enforce_eager, weights_given=request.weights_bytes_per_gpu is not None,
+        weights_basis=basis,
         activation_bytes=request.activation_bytes, non_torch=request.non_torch_bytes,
         cuda_graph=request.cuda_graph_bytes,
         available_bytes=request.kv_budget_bytes_per_gpu if tp == request.tp else None,
-        last_pp_stage=request.last_pp_stage, cuda_graphs_profiled=request.cuda_graphs_profiled,
+        last_pp_stage=request.last_pp_stage, cuda_graphs_profiled=graphs_profiled,
     )
 
 
@@ -310,6 +383,8 @@ def plan_engine(request: EngineRequest) -> EngineReport:
     if per_request > profile.available_bytes:
         notes.append(f"vLLM would refuse to start: one request of {request.max_model_len:,} tokens needs "
                      f"{per_request / GiB:.2f} GiB, more than the {profile.available_bytes / GiB:.2f} GiB available")
+    if inp.mxfp4_note:
+        notes.append(inp.mxfp4_note)
     if inp.activation.assumed:
         notes.append("activation widths assumed (hidden = heads × head dim, MLP 3.5 × hidden, 128 K vocabulary)")
     users = request.users
@@ -326,7 +401,9 @@ def plan_engine(request: EngineRequest) -> EngineReport:
                         block_size=request.block_size, max_num_batched_tokens=request.max_num_batched_tokens)
     return EngineReport(
         request=request, model=inp.model, gpu=inp.gpu, kv_precision=inp.kv, profile=profile, layout=layout,
-        num_blocks=blocks, kv_cache_tokens=layout.tokens(blocks), max_concurrency=concurrency,
+        num_blocks=blocks, max_concurrency=concurrency, mxfp4_backend=inp.mxfp4,
+        kv_cache_tokens=reported_kv_tokens(layout, blocks, request.max_model_len, request.max_num_batched_tokens,
+                                           tokens_rule(inp.release)),
         blocks_per_request=layout.blocks_per_request(request.max_model_len, request.max_num_batched_tokens),
         request_bytes=per_request, fits_one_request=per_request <= profile.available_bytes,
         max_model_len_fit=layout.max_model_len(profile.available_bytes, limit, request.max_num_batched_tokens),

@@ -27,11 +27,14 @@ from sizing.engine.capacity import (
 )
 from sizing.engine.groups import (
     DEFAULT_ATTENTION_BACKEND,
+    DEFAULT_VLLM_VERSION,
     KERNEL_BLOCK_ALIGNMENT,
     MAX_KERNEL_BLOCK_ALIGNMENT,
     GroupingRule,
+    vllm_release,
 )
 from sizing.engine.memory import ActivationShape
+from sizing.engine.mxfp4 import AUTO, MXFP4_BACKEND_CHOICES
 from sizing.errors import NoKVRoom
 from sizing.hf_config import MAX_CONFIG_BYTES
 from sizing.layers import MAX_SPECULATIVE_TOKENS
@@ -55,7 +58,18 @@ ENGINE_OPTION_FOR_FIELD = {
     "max_model_len": "--context", "total_bytes_per_gpu": "--gpu-total-gib", "log": "PATH",
     "attention_backend": "--attention-backend", "kernel_block_alignment": "--kernel-block-alignment",
     "speculative_tokens": "--speculative-tokens", "vllm_version": "--vllm-version",
+    "mxfp4_backend": "--mxfp4-backend",
 }
+
+
+def vllm_version_arg(text: str) -> str:
+    """``--vllm-version``: a release like 0.24.0 (what ``vllm_release`` reads: at most 64
+    characters, no development build), kept as typed."""
+    try:
+        vllm_release(text)
+    except ValueError as exc:  # InputError included: its message names the value
+        raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
+    return text
 
 
 def gib_bytes(value: float | None) -> int | None:
@@ -93,6 +107,14 @@ def add_engine_arguments(parser: argparse.ArgumentParser, *, with_engine_flag: b
     group.add_argument("--vllm-before-0.21", dest="cuda_graphs_not_profiled", action="store_true",
                        help="a vLLM before 0.21, which sized the KV cache before capturing CUDA graphs "
                             "(their memory is then not subtracted)")
+    group.add_argument("--vllm-version", type=vllm_version_arg, default=DEFAULT_VLLM_VERSION, metavar="X.Y.Z",
+                       help="the vLLM release to model: how it counts 'GPU KV cache size' (int(concurrency × "
+                            "max_model_len) from 0.24) and, before 0.21, no CUDA-graph term "
+                            f"(default {DEFAULT_VLLM_VERSION}, the newest the rules were checked against)")
+    group.add_argument("--mxfp4-backend", type=choice(MXFP4_BACKEND_CHOICES), default=AUTO,
+                       metavar="{" + ",".join(MXFP4_BACKEND_CHOICES) + "}",
+                       help="the MoE kernel holding MXFP4 experts, whose padding the weights carry (default auto: "
+                            "the one vLLM picks on the GPU; marlin for builds without triton_kernels on an H100)")
 
 
 def add_hybrid_arguments(group, *, defaults: bool) -> None:
@@ -125,9 +147,10 @@ def activation_from_config(path: Path) -> ActivationShape:
     return ActivationShape.from_config(config)
 
 
-def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total_bytes: int) -> EngineRequest:
+def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total_bytes: int,
+                             weight_dtype: str = "bf16") -> EngineRequest:
     """The :class:`EngineRequest` of the sizer's parsed options (``model``/``gpu`` already built,
-    ``weights_total_bytes`` the sizer's weight bytes for the whole model)."""
+    ``weights_total_bytes`` the sizer's weight bytes for the whole model, in ``weight_dtype``)."""
     manual = any(getattr(args, name, None) is not None for name in ("layers", "q_heads", "kv_heads", "head_dim",
                                                                      "params"))
     if getattr(args, "config", None) is None and not manual:
@@ -135,6 +158,8 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
     activation = activation_from_config(args.config) if getattr(args, "config", None) is not None else None
     return EngineRequest(
         model=model, gpu=gpu, tp=args.tp, kv_dtype=args.kv_dtype, weights_total_bytes=weights_total_bytes,
+        weight_dtype=weight_dtype, mxfp4_backend=getattr(args, "mxfp4_backend", AUTO),
+        vllm_version=getattr(args, "vllm_version", DEFAULT_VLLM_VERSION),
         max_model_len=args.context, block_size=args.block_size,
         gpu_memory_utilization=args.gpu_memory_utilization, max_num_batched_tokens=args.max_num_batched_tokens,
         max_num_seqs=args.max_num_seqs, users=args.users, rule=args.engine_rule, enforce_eager=args.enforce_eager,
@@ -195,7 +220,8 @@ def format_engine(output: EngineOutput) -> list[str]:
               f"  KV-cache groups: {', '.join(g.label for g in layout.groups)} "
               f"({layout.layer_slots} layer slots, page {layout.page_bytes:,} B)",
               *(f"  ! {w.message}" for w in layout.warnings),
-              f"  GPU KV cache size: {report.kv_cache_tokens:,} tokens",
+              f"  GPU KV cache size: {report.kv_cache_tokens:,} tokens (as vLLM {report.request.vllm_version} "
+              "counts it)",
               f"  Maximum concurrency for {report.request.max_model_len:,} tokens per request: "
               f"{report.max_concurrency:.2f}x",
               f"  largest max_model_len that fits: {report.max_model_len_fit:,}"]

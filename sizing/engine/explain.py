@@ -15,8 +15,8 @@ figure lies in the range the rounded input allows. Ratios are compared to 0.5 %.
 
 A log of a refused start-up (V1's "… GiB KV cache is needed, which is larger than the available
 KV cache memory …", V0's "max seq len … is larger than the maximum number of tokens that can be
-stored in KV cache …") gets :func:`startup_fix`: the ``gpu_memory_utilization``, the
-``max_model_len`` and the TP that would start it.
+stored in KV cache …") gets :func:`sizing.engine.startup_fix.startup_fix`: the
+``gpu_memory_utilization``, the ``max_model_len`` and the TP that would start it.
 """
 
 from __future__ import annotations
@@ -32,11 +32,15 @@ from sizing.engine.groups import (
     TOKENS_FROM_CONCURRENCY_SINCE,
     GroupingRule,
     KVCacheLayout,
+    TokensRule,
     kv_cache_layout,
+    reported_kv_tokens,
+    tokens_rule,
     vllm_release,
 )
 from sizing.engine.memory import ActivationShape, activation_peak_bytes
 from sizing.engine.pipeline import pipeline_stage, stage_layers
+from sizing.engine.startup_fix import StartupFix, startup_fix
 from sizing.engine.vllm_log import ParsedLog
 from sizing.errors import SizingError
 from sizing.kv import KVCacheSpec
@@ -84,55 +88,6 @@ class FigureCheck:
         return {"name": self.name, "logged": self.logged, "reconstructed": self.reconstructed, "low": self.low,
                 "high": self.high, "formula": self.formula, "within": self.within,
                 "relative_error": self.relative_error, "why": self.why}
-
-
-@dataclass(frozen=True, kw_only=True)
-class StartupFix:
-    """What would let a refused start-up start, each with the figures it rests on.
-
-    GiB figures are per GPU as the log prints them. ``gpu_memory_utilization`` is the setting
-    (rounded up to 0.01) at which the missing memory is added to the budget; ``max_model_len``
-    the longest context the available memory holds; ``tp`` the smallest power-of-two
-    tensor-parallel size at which one request's KV fits. None where the log (and the model, when
-    one is given) does not say enough; ``*_basis`` then says what is missing.
-    """
-
-    needed_gib: float | None
-    available_gib: float | None
-    gpu_memory_utilization: float | None
-    utilization_basis: str
-    max_model_len: int | None
-    max_model_len_basis: str
-    tp: int | None
-    tp_basis: str
-
-    def lines(self) -> tuple[str, ...]:
-        """The fixes in words, one a line."""
-        head = ("vLLM refused to start: one request of the configured length needs "
-                + (f"{self.needed_gib:.2f} GiB of KV cache per GPU against {self.available_gib:.2f} GiB available"
-                   if self.needed_gib is not None and self.available_gib is not None
-                   else "more KV cache than the GPU has left"))
-        out = [head + "."]
-        if self.gpu_memory_utilization is not None:
-            out.append(f"--gpu-memory-utilization {self.gpu_memory_utilization:.2f} would start it: "
-                       + self.utilization_basis)
-        else:
-            out.append("gpu_memory_utilization: " + self.utilization_basis)
-        if self.max_model_len is not None:
-            out.append(f"--max-model-len {self.max_model_len} would start it: " + self.max_model_len_basis)
-        else:
-            out.append("max_model_len: " + self.max_model_len_basis)
-        if self.tp is not None:
-            out.append(f"--tensor-parallel-size {self.tp} would start it: " + self.tp_basis)
-        else:
-            out.append("tensor parallelism: " + self.tp_basis)
-        return tuple(out)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"needed_gib": self.needed_gib, "available_gib": self.available_gib,
-                "gpu_memory_utilization": self.gpu_memory_utilization, "utilization_basis": self.utilization_basis,
-                "max_model_len": self.max_model_len, "max_model_len_basis": self.max_model_len_basis,
-                "tp": self.tp, "tp_basis": self.tp_basis, "advice": list(self.lines())}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,7 +169,9 @@ def explain_log(
     """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says.
 
     Under pipeline parallelism (``pp`` > 1) the figures are rebuilt for stage 0, the layers
-    rank 0 holds (the parser keeps rank 0's lines).
+    rank 0 holds (the parser keeps rank 0's lines). With more than one worker (TP × PP > 1) a
+    token or block count below what the printed memory holds is another worker's smaller pool
+    (vLLM keeps the smallest ``num_blocks`` of all workers); the check says so and names its GiB.
 
     ``vllm_version`` (else the log's) picks how "GPU KV cache size" is counted: up to 0.23
     ``num_blocks // groups × block``, from 0.24 ``int(max_concurrency × max_model_len)``; with
@@ -288,13 +245,18 @@ def explain_log(
         if parsed.kv_tokens is not None:
             checks.append(_tokens_check(parsed.kv_tokens, layout, (blocks, layout.num_blocks(low_b),
                                                                    layout.num_blocks(high_b)),
-                                        parsed.concurrency_len or length, mnbt, release, naive_tokens))
+                                        parsed.concurrency_len or length, mnbt, release, naive_tokens,
+                                        workers=v["tp"] * v["pp"], available_gib=parsed.available_gib))
         if parsed.gpu_blocks is not None:
             lo, hi = layout.num_blocks(low_b), layout.num_blocks(high_b)
+            why = f"available // ({layout.page_bytes:,} B page × {layout.group_size} layer slots)"
+            within = lo <= parsed.gpu_blocks <= hi
+            if not within and v["tp"] * v["pp"] > 1 and parsed.gpu_blocks < lo:
+                within, lo = True, parsed.gpu_blocks
+                why += "; " + _smaller_worker_why(parsed.gpu_blocks, layout, v["tp"] * v["pp"], parsed.available_gib)
             checks.append(FigureCheck(
                 name="GPU blocks", logged=parsed.gpu_blocks, reconstructed=blocks, low=lo, high=hi, formula=None,
-                within=lo <= parsed.gpu_blocks <= hi, relative_error=_relative(blocks, parsed.gpu_blocks),
-                why=f"available // ({layout.page_bytes:,} B page × {layout.group_size} layer slots)"))
+                within=within, relative_error=_relative(blocks, parsed.gpu_blocks), why=why))
     else:
         missing.append("Available KV cache memory is not in the log: tokens and blocks cannot be rebuilt from memory")
 
@@ -341,29 +303,70 @@ def explain_log(
 
 
 def _tokens_check(logged: int, layout: KVCacheLayout, blocks: tuple[int, int, int], length: int, mnbt: int,
-                  release: tuple[int, int] | None, naive: float) -> FigureCheck:
+                  release: tuple[int, int] | None, naive: float, *, workers: int = 1,
+                  available_gib: float | None = None) -> FigureCheck:
     """The "GPU KV cache size" check at ``blocks`` (mid, low, high) under the version's rule;
-    under both rules when the version is unknown, reporting the one the log matches."""
-    rules = {"groups": lambda n: layout.tokens(n),
-             "concurrency": lambda n: layout.concurrency_tokens(n, length, mnbt)}
-    if release is not None:
-        names = ["concurrency" if release >= TOKENS_FROM_CONCURRENCY_SINCE else "groups"]
-    else:
-        names = ["groups", "concurrency"]
-    figures = {name: tuple(rules[name](n) for n in blocks) for name in names}
-    matched = next((n for n in names if figures[n][1] <= logged <= figures[n][2]), names[0])
+    under both rules when the version is unknown, reporting the one the log matches.
+
+    With more than one worker (TP × PP > 1) a logged count below what the printed memory holds
+    is read as another worker's smaller pool: vLLM's ``get_kv_cache_configs``
+    (``vllm/v1/core/kv_cache_utils.py``; V0's executor likewise) gives every worker the smallest
+    ``num_blocks`` of all workers, and counts the tokens from it, while each worker prints its own
+    available memory. A count above what the printed memory holds stays a mismatch: no worker's
+    pool is larger than the smallest one."""
+    names = [tokens_rule(release)] if release is not None else [TokensRule.GROUPS, TokensRule.CONCURRENCY]
+
+    def count(rule: TokensRule, n: int) -> int:
+        return reported_kv_tokens(layout, n, length, mnbt, rule)
+
+    figures = {name: tuple(count(name, n) for n in blocks) for name in names}
+    matched = next((n for n in names if figures[n][1] <= logged <= figures[n][2]), None)
+    smaller = None
+    if matched is None and workers > 1:
+        smaller = next(((n, found) for n in names if logged < figures[n][1]
+                        and (found := _blocks_counted(lambda k, r=n: count(r, k), logged, blocks[1])) is not None),
+                       None)
+        if smaller is not None:
+            matched = smaller[0]
+    matched = matched or names[0]
     tokens, lo, hi = figures[matched]
     since = ".".join(map(str, TOKENS_FROM_CONCURRENCY_SINCE))
-    if matched == "concurrency":
+    if matched is TokensRule.CONCURRENCY:
         rule = (f"vLLM ≥ {since} prints int(max_concurrency × max_model_len) = "
                 f"int({blocks[0]:,} / {layout.blocks_per_request(length, mnbt):,} × {length:,})")
     else:
         rule = f"vLLM < {since} prints num_blocks // {len(layout.groups)} groups × {layout.block_size} tokens"
     if release is None:
         rule += " (the vLLM version is not known: both rules were tried)"
+    within = lo <= logged <= hi
+    if smaller is not None:
+        within, lo = True, logged
+        rule += "; " + _smaller_worker_why(smaller[1], layout, workers, available_gib)
     return FigureCheck(name="GPU KV cache size (tokens)", logged=logged, reconstructed=tokens, low=lo, high=hi,
-                       formula=naive, within=lo <= logged <= hi, relative_error=_relative(tokens, logged),
+                       formula=naive, within=within, relative_error=_relative(tokens, logged),
                        why=_tokens_why(layout, naive, tokens) + "; " + rule)
+
+
+def _blocks_counted(count: Callable[[int], int], logged: int, upper: int) -> int | None:
+    """The smallest block count ≤ ``upper`` whose printed count is exactly ``logged`` (the count
+    grows with the blocks); None when no pool prints it."""
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if count(mid) >= logged:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo if count(lo) == logged else None
+
+
+def _smaller_worker_why(num_blocks: int, layout: KVCacheLayout, workers: int, available_gib: float | None) -> str:
+    """The smallest worker a logged block count implies, in words (GiB of that worker's pool)."""
+    pool = num_blocks * layout.bytes_per_block_all_layers / GiB
+    printed = "" if available_gib is None else f" against the {available_gib:.2f} GiB this worker printed"
+    return (f"{workers} workers: vLLM gives every worker the smallest num_blocks of all workers "
+            f"(get_kv_cache_configs), so the logged figure is another worker's pool of {num_blocks:,} blocks, "
+            f"{pool:.2f} GiB{printed}")
 
 
 def _blocks_from_log(parsed: ParsedLog, layout: KVCacheLayout) -> int | None:
@@ -451,126 +454,6 @@ def _length_checks(parsed: ParsedLog, layout: KVCacheLayout, mnbt: int, checks: 
             relative_error=_relative(mid, parsed.estimated_max_len),
             why="vLLM's binary search over max_model_len for what fits in the available memory"
                 + ("" if text is None else f" (the full length needs {text} GiB)")))
-
-
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default --gpu-memory-utilization
-MAX_FIX_TP = 64  # the largest tensor-parallel size a fix proposes (eight 8-GPU nodes)
-
-
-def startup_fix(
-    parsed: ParsedLog,
-    *,
-    layout_at: Callable[[int], KVCacheLayout] | None = None,
-    tp: int | None = None,
-    max_model_len: int | None = None,
-    max_num_batched_tokens: int = 8192,
-) -> StartupFix | None:
-    """The settings that would start a refused start-up; None when the log shows no refusal.
-
-    Parameters
-    ----------
-    parsed
-        The log; a refusal is V1's needed-vs-available message (GiB per GPU) or V0's
-        max-seq-len-vs-tokens message.
-    layout_at
-        The model's KV layout at a TP size, when the model is known: the per-GPU need at each
-        TP is then rebuilt from it (KV heads split up to their count, MLA replicated). Without
-        it the need is taken to halve with each doubling of TP, which holds while the model has
-        at least that many KV heads.
-    tp, max_model_len, max_num_batched_tokens
-        The refused settings where the log does not state them (TP defaults to 1).
-
-    The utilisation that would start it is ``u + (needed − available) / total``: the missing
-    GiB added to the budget ``u × total`` (``total`` from the profile, or requested ÷ u). At a
-    larger TP ``t`` the weights per GPU fall by ``weights × (1 − tp / t)`` (when logged) and that
-    memory joins the KV budget; activation and non-torch memory are taken as unchanged.
-    """
-    tokens_form = parsed.refused and parsed.needed_gib is None and parsed.kv_tokens is not None
-    if not parsed.refused or not (parsed.needed_gib is not None or tokens_form):
-        return None
-    tp = tp or parsed.tp or 1
-    length = max_model_len or parsed.max_model_len
-    needed, available = parsed.needed_gib, parsed.available_gib
-    layout = layout_at(tp) if layout_at is not None else None
-    if tokens_form:
-        # V0 states tokens, not GiB: the cache holds kv_tokens and one request wants max_model_len.
-        if layout is not None and length is not None:
-            available = parsed.kv_tokens // layout.block_size * layout.bytes_per_block_all_layers / GiB
-            needed = layout.request_bytes(length, max_num_batched_tokens) / GiB
-        elif available is not None and length is not None and parsed.kv_tokens > 0:
-            needed = available * length / parsed.kv_tokens
-    util, util_basis = _utilization_fix(parsed, needed, available)
-    max_len, len_basis = _length_fix(parsed, layout, available, length, max_num_batched_tokens, tokens_form)
-    fix_tp, tp_basis = _tp_fix(parsed, layout_at, tp, needed, available, length, max_num_batched_tokens)
-    if parsed.tp is None and fix_tp is not None:
-        tp_basis += f" (the log states no TP: TP {tp} assumed for the refused start)"
-    return StartupFix(needed_gib=needed, available_gib=available, gpu_memory_utilization=util,
-                      utilization_basis=util_basis, max_model_len=max_len, max_model_len_basis=len_basis,
-                      tp=fix_tp, tp_basis=tp_basis)
-
-
-def _utilization_fix(parsed: ParsedLog, needed: float | None, available: float | None) -> tuple[float | None, str]:
-    if needed is None or available is None:
-        return None, "needs the KV cache needed and available in GiB (not in the log)"
-    util = parsed.gpu_memory_utilization
-    assumed = ("" if util is not None
-               else f" (utilisation not in the log: vLLM's default {DEFAULT_GPU_MEMORY_UTILIZATION} assumed)")
-    util = util if util is not None else DEFAULT_GPU_MEMORY_UTILIZATION
-    total = parsed.total_gib
-    if total is None and parsed.requested_gib is not None:
-        total = parsed.requested_gib / util
-    if total is None or total <= 0:
-        return None, "needs the GPU's total memory (the profile line 'total_gpu_memory' or 'Free memory on device')"
-    exact = util + (needed - available) / total
-    rounded = math.ceil(round(exact * 100, 6)) / 100  # up to the next 0.01, so the budget is not short
-    basis = (f"{util:g} + ({needed:.2f} − {available:.2f} GiB) ÷ {total:.2f} GiB total = {exact:.4f}{assumed}")
-    if rounded > 1:
-        return None, basis + ": above 1.0, so no utilisation starts it on this GPU"
-    return rounded, basis
-
-
-def _length_fix(parsed: ParsedLog, layout: KVCacheLayout | None, available: float | None, length: int | None,
-                mnbt: int, tokens_form: bool) -> tuple[int | None, str]:
-    if parsed.estimated_max_len is not None:
-        return parsed.estimated_max_len, "vLLM's own estimate of the longest context the available memory holds"
-    if tokens_form:
-        return parsed.kv_tokens, "the tokens the KV cache holds (V0 refuses a max_model_len above them)"
-    if layout is not None and available is not None and available > 0 and length is not None:
-        fits = layout.max_model_len(Fraction(repr(available)) * GiB, length, mnbt)
-        if fits > 0:
-            return fits, "the longest context whose blocks fit the available memory, rebuilt for the model"
-    return None, "the log has no estimated maximum model length and no model was given to rebuild it"
-
-
-def _tp_fix(parsed: ParsedLog, layout_at: Callable[[int], KVCacheLayout] | None, tp: int, needed: float | None,
-            available: float | None, length: int | None, mnbt: int) -> tuple[int | None, str]:
-    if (needed is None or available is None) and parsed.kv_tokens and length and layout_at is None:
-        # V0's tokens form: one request wants ``length`` tokens where the cache holds kv_tokens.
-        t = tp * 2
-        while t <= MAX_FIX_TP and length * tp / t > parsed.kv_tokens:
-            t *= 2
-        if t <= MAX_FIX_TP:
-            return t, (f"{length:,} tokens wanted against {parsed.kv_tokens:,} held at TP {tp}: the cache holds about "
-                       f"{t // tp}× more tokens at TP {t} if the KV heads split that far (memory freed from the "
-                       "weights not counted)")
-    if needed is None or available is None:
-        return None, "needs the KV cache needed and available in GiB (not in the log)"
-    weights = parsed.weights_gib or 0.0
-    t = tp * 2
-    while t <= MAX_FIX_TP:
-        if layout_at is not None and length is not None:
-            need_t = layout_at(t).request_bytes(length, mnbt) / GiB
-            how = "KV per GPU rebuilt for the model at that TP"
-        else:
-            need_t = needed * tp / t
-            how = f"KV per GPU taken as split {t // tp} ways (the model needs at least {t} KV heads for that)"
-        avail_t = available + weights * (1 - tp / t)
-        if need_t <= avail_t:
-            gain = f", {weights * (1 - tp / t):.2f} GiB freed from the weights" if weights else ""
-            return t, (f"{need_t:.2f} GiB needed per GPU against about {avail_t:.2f} GiB available ({how}{gain}; "
-                       "activation and non-torch memory taken as unchanged)")
-        t *= 2
-    return None, f"no TP up to {MAX_FIX_TP} holds one request (the KV heads stop splitting, or the need does not halve)"
 
 
 __all__ = ["FigureCheck", "LogExplanation", "Setting", "StartupFix", "explain_log", "log_kv_dtype", "startup_fix"]

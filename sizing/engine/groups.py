@@ -63,6 +63,9 @@ _HYBRID_MAX_RATIO = Fraction(3, 2)  # vllm#29303: use the largest count when und
 # The first vLLM release whose "GPU KV cache size" is int(max_concurrency × max_model_len): 0.19
 # logs print num_blocks // groups × block (vllm#40691), 0.24.0 logs the concurrency product.
 TOKENS_FROM_CONCURRENCY_SINCE = (0, 24)
+# The release engine mode models unless told otherwise: the newest whose start-up logs the rules
+# here were checked against (the MiniMax-M2.7 log of 0.29.1rc1.dev17, a build after 0.29.0).
+DEFAULT_VLLM_VERSION = "0.29.0"
 _VERSION = re.compile(r"v?(\d{1,4})\.(\d{1,4})")
 MAX_VERSION_CHARS = 64
 
@@ -83,7 +86,28 @@ def vllm_release(version: str, *, field: str = "vllm_version") -> tuple[int, int
 
 def tokens_from_concurrency(version: str, *, field: str = "vllm_version") -> bool:
     """Whether vLLM ``version`` prints "GPU KV cache size" as int(max_concurrency × max_model_len)."""
-    return vllm_release(version, field=field) >= TOKENS_FROM_CONCURRENCY_SINCE
+    return tokens_rule(vllm_release(version, field=field)) is TokensRule.CONCURRENCY
+
+
+class TokensRule(StrEnum):
+    """How a vLLM release counts the "GPU KV cache size" it prints (``_report_kv_cache_config``)."""
+
+    GROUPS = "groups"  # before 0.24: num_blocks // len(groups) × block_size
+    CONCURRENCY = "concurrency"  # from 0.24: int(max_concurrency × max_model_len)
+
+
+def tokens_rule(release: tuple[int, int]) -> TokensRule:
+    """The rule of ``release`` (``(major, minor)`` as :func:`vllm_release` reads it)."""
+    return TokensRule.CONCURRENCY if release >= TOKENS_FROM_CONCURRENCY_SINCE else TokensRule.GROUPS
+
+
+def reported_kv_tokens(layout: KVCacheLayout, num_blocks: int, max_model_len: int, max_num_batched_tokens: int,
+                       rule: TokensRule) -> int:
+    """vLLM's "GPU KV cache size" for a pool of ``num_blocks`` blocks, counted by ``rule``: the one
+    place the count is made, for :func:`~sizing.engine.capacity.plan_engine` and the log explainer."""
+    if TokensRule(rule) is TokensRule.CONCURRENCY:
+        return layout.concurrency_tokens(num_blocks, max_model_len, max_num_batched_tokens)
+    return layout.tokens(num_blocks)
 
 
 class GroupingRule(StrEnum):

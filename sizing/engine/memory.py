@@ -50,6 +50,9 @@ SAMPLER_VOCAB_COPIES = 10  # vocab-wide fp32 tensors alive at the sampler's peak
 NON_TORCH_TP1 = Fraction(12, 100) * GiB
 NON_TORCH_PER_EXTRA_RANK = Fraction(27, 1000) * GiB
 CUDA_GRAPH_ESTIMATE = Fraction(4, 10) * GiB
+# The first release whose worker profiles CUDA-graph memory before sizing the KV cache ("CUDA
+# graph memory profiling is enabled (default since v0.21.0)", logged by gpu_worker.py).
+CUDA_GRAPHS_PROFILED_SINCE = (0, 21)
 _ASSUMED_VOCAB = 128_256  # a Llama-3-sized vocabulary when the model's is not known
 MAX_WIDTH = 1 << 22
 
@@ -203,6 +206,7 @@ def memory_profile(
     max_num_seqs: int,
     enforce_eager: bool = False,
     weights_given: bool = False,
+    weights_basis: str = "parameters × bytes ÷ TP",
     activation_bytes: int | None = None,
     non_torch: int | None = None,
     cuda_graph: int | None = None,
@@ -215,13 +219,14 @@ def memory_profile(
 
     ``cuda_graphs_profiled`` False: a vLLM before 0.21, which sized the cache before capturing
     CUDA graphs, so their memory is not subtracted (the graphs then take it from the headroom
-    ``1 − gpu_memory_utilization`` leaves)."""
+    ``1 − gpu_memory_utilization`` leaves). ``weights_basis`` says how an estimated weight
+    figure was made."""
     if not (isinstance(utilization, float | int) and not isinstance(utilization, bool) and 0 < utilization <= 1):
         raise SizingError("gpu_memory_utilization", f"must be above 0 and at most 1, got {utilization!r:.40}")
     total = MemoryTerm(name="total (CUDA)", bytes=total_bytes, estimated=not total_measured,
                        basis="driver-reported" if total_measured else "vendor GB (no driver figure known)")
     weights = MemoryTerm(name="weights", bytes=weights_bytes_per_gpu, estimated=not weights_given,
-                         basis="given" if weights_given else "parameters × bytes ÷ TP")
+                         basis="given" if weights_given else weights_basis)
     activation_basis = (("max(forward of max_num_batched_tokens, sampler of max_num_seqs)" if last_pp_stage else
                          "forward of max_num_batched_tokens (the sampler runs on the last pipeline stage)")
                         + (" with assumed widths" if shape.assumed else ""))

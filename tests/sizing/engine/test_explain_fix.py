@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sizing.engine.explain import explain_log, startup_fix
+from sizing.engine.explain import explain_log
+from sizing.engine.startup_fix import startup_fix
 from sizing.engine.groups import kv_cache_layout
 from sizing.engine.vllm_log import ParsedLog, parse_vllm_log
 from sizing.models import ModelShape
