@@ -8,9 +8,9 @@ precisions, the GPU, TP and the maximum context when the URL does not set them.
 
 from __future__ import annotations
 
-
 import streamlit as st
 
+from glossary import POLICY_LABELS, dtype_label
 from hardware.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
 from inputs.bounds import Bound
 from inputs.errors import InputError
@@ -27,6 +27,7 @@ from sizing.engine.groups import GroupingRule
 from ui.answer_view import cached_answer, engine_settings_controls, render_answer
 from ui.engine_view import BATCHED, SEQS, UTILIZATION
 from ui.field_labels import PLANNER_LABELS, page_message
+from ui.glossary_view import render_glossary
 from ui.handoff import latest
 from ui.layout import chart, identify_reference, metric_row, page_tabs, tab_field
 from ui.planner_charts import edge_figure, fmt_ms
@@ -41,8 +42,7 @@ TRAFFIC_KINDS = ("lognormal", "fixed", "preset", "trace")
 TRAFFIC_LABELS = {"lognormal": "Log-normal lengths", "fixed": "Same length, all prompt but 1 output token",
                   "preset": "Published dataset", "trace": "Real trace (CSV)"}
 SIM_PRESETS = ("ShareGPT", "Alpaca", "Reference page, problem 4")
-POLICIES = {"max": "Orca-Max (reserve the maximum)", "pow2": "Orca-Pow2 (≤ 2 × output)",
-            "oracle": "Orca-Oracle (exact, unrealisable)"}
+POLICIES = POLICY_LABELS  # one name per allocator on every page and CLI
 SOURCE_LABELS = {"measured": "Harness run on this GPU", "h200-results": "Shipped H200 results",
                  "datasheet": "Datasheet"}
 # A harness run on this GPU: the uploaded document's bytes (kept across reruns), else the
@@ -147,8 +147,8 @@ key, value = state.key, state.value
 with st.sidebar:
     st.subheader(":material/memory: Model and hardware")
     st.selectbox("Model", PRESET_IDS, key=key("model"), format_func=lambda i: get_preset(i).name)
-    st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"))
-    st.selectbox("Weight precision", WEIGHT_FORMAT_NAMES, key=key("w"))
+    st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"), format_func=dtype_label)
+    st.selectbox("Weight precision", WEIGHT_FORMAT_NAMES, key=key("w"), format_func=dtype_label)
     st.selectbox("GPU", GPU_IDS, key=key("gpu"), format_func=lambda i: get_gpu(i).label)
     st.select_slider("Tensor parallelism (GPUs per replica)", TP_CHOICES, key=key("tp"))
     st.slider("Usable share of GPU memory", 0.5, 1.0, step=0.01, key=key("usable"))
@@ -193,7 +193,8 @@ with traffic_col:
     st.number_input("Arrival rate (requests/s, 0: none)", 0.0, 1e6, step=1.0, key=key("rate"))
 with allocator_col:
     st.subheader(":material/view_module: Allocator")
-    st.selectbox("Contiguous policy", tuple(POLICIES), key=key("policy"), format_func=POLICIES.get)
+    st.selectbox("Contiguous policy", tuple(POLICIES), key=key("policy"), format_func=POLICIES.get,
+                 help="Pow2: at most twice the output. Oracle: each output known ahead, a bound, not a server.")
     st.number_input("Maximum context (tokens)", 2, 10_000_000, key=key("max_context"),
                     help="The engine's max_model_len: the answer serves the users at this length.")
     st.number_input("Users (concurrent, for the answer)", 1, 10_000_000, key=key("users"))
@@ -260,8 +261,8 @@ if edge_tab.open:
         left, right = st.columns(2)
         with left:
             st.selectbox("Model", PRESET_IDS, key=key("edge_model"), format_func=lambda i: get_preset(i).name)
-            st.selectbox("KV precision", PRECISION_NAMES, key=key("edge_kv"))
-            st.selectbox("Weight precision", PRECISION_NAMES, key=key("edge_w"))
+            st.selectbox("KV precision", PRECISION_NAMES, key=key("edge_kv"), format_func=dtype_label)
+            st.selectbox("Weight precision", PRECISION_NAMES, key=key("edge_w"), format_func=dtype_label)
             st.number_input("OS share (GB)", 0.0, 64.0, step=0.5, key=key("os_gb"))
             st.number_input("Perception share (GB)", 0.0, 64.0, step=0.5, key=key("perception_gb"))
         with right:
@@ -295,3 +296,4 @@ if edge_tab.open:
 
 state.sync()
 copy_link()
+render_glossary()

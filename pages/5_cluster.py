@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from glossary import dtype_label
 from hardware.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
 from hardware.links import LINK_IDS, MAX_NICS, get_link
 from inputs.bounds import Bound
@@ -21,6 +22,7 @@ from sizing.precisions import PRECISION_NAMES
 from sizing.presets import PRESET_IDS, get_preset
 from ui.cluster_view import render_cluster
 from ui.field_labels import CLUSTER_LABELS, page_message
+from ui.glossary_view import render_glossary
 from ui.router import run_through_router
 from ui.url_state import ChoiceField, FlagField, NumberField, PageState, copy_link
 
@@ -86,8 +88,8 @@ key, value = state.key, state.value
 with st.sidebar:
     st.subheader(":material/memory: Model and hardware")
     st.selectbox("Model", PRESET_IDS, key=key("model"), format_func=lambda i: get_preset(i).name)
-    st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"))
-    st.selectbox("Weight precision", WEIGHT_CHOICES, key=key("w"))
+    st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"), format_func=dtype_label)
+    st.selectbox("Weight precision", WEIGHT_CHOICES, key=key("w"), format_func=dtype_label)
     st.selectbox("GPU", GPU_IDS, key=key("gpu"), format_func=lambda i: get_gpu(i).label)
     st.subheader(":material/cable: Link between the pools")
     st.selectbox("Link", LINK_IDS, key=key("link"), format_func=lambda i: get_link(i).name)
@@ -105,6 +107,7 @@ load_cols[3].number_input("TPOT target (ms, 0: none)", 0, 10_000, key=key("tpot_
 load_cols[4].number_input("TTFT target (ms, 0: none)", 0, 100_000, key=key("ttft_ms"))
 state.sync()
 copy_link()
+render_glossary()
 
 
 def _role(prefix: str) -> RoleLayout:

@@ -31,6 +31,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from glossary import allocator_label, dtype_label
 from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
@@ -275,14 +276,20 @@ def _allocator_dict(allocator) -> dict[str, Any]:
     }
 
 
-def format_table(result: dict[str, Any]) -> str:
-    """A readable summary of ``result_dict``."""
+def format_table(result: dict[str, Any], request: PlanRequest | None = None) -> str:
+    """A readable summary of ``result_dict``; ``request`` adds the formats and the contiguous
+    allocator by the names every page uses (:mod:`glossary`)."""
     def ms(value):
         return "—" if value is None else f"{value * 1e3:.2f} ms"
 
     step_model = result["timing_model"] == "step model"
-    rows = [
-        ("model / GPU", f"{result['model']} on {result['gpu']}, TP {result['tp']}"),
+    rows = [("model / GPU", f"{result['model']} on {result['gpu']}, TP {result['tp']}")]
+    if request is not None:
+        kv, weights = request.kv_precision, request.weight_precision
+        rows += [("KV cache / weights", f"{dtype_label(kv.name, kv.group_size)} KV, "
+                                        f"{dtype_label(weights.name, weights.group_size)} weights"),
+                 ("allocators", f"{allocator_label('paged')} against {allocator_label(request.policy)}")]
+    rows += [
         ("timing model", result["timing_label"] + (f" ({result['timing_note']})" if result["timing_note"] else "")),
         ("bandwidth", result["bandwidth_label"]),
         (f"decode step at B={result['batch']}, L={result['context']:,.0f}",
@@ -315,6 +322,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cluster_cli.main(argv[1:])
     if argv[:1] == ["bench-like"]:  # what vllm bench serve would print, from the step model
         return bench_like.main(argv[1:])
+    if argv[:1] == ["layer-mix"]:  # a catalogue model's attention layers timed on this GPU
+        from planner import layer_mix_cli  # imports torch only for this command
+
+        return layer_mix_cli.main(argv[1:])
 
     def body() -> int:
         args = build_parser().parse_args(argv)
@@ -341,7 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tpot = None if answer.timing is None else answer.timing.as_record()
                 text = dumps_strict({**result, "answer": answer.as_dict(), "answer_tpot": tpot}, indent=2)
             else:
-                text = "\n".join([*sizer_cli.format_answer(answer), "", format_table(result)])
+                text = "\n".join([*sizer_cli.format_answer(answer), "", format_table(result, request)])
         except ValueError:  # the bounds keep every figure finite; refuse rather than print NaN
             raise UsageError("the options give a result that is not a finite number; "
                              "use smaller values") from None

@@ -8,6 +8,7 @@ import math
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from glossary import allocator_label
 from planner.capacity import CapacityPlan
 from planner.edge import EdgePlan, HistoryPoint
 
@@ -30,10 +31,11 @@ ALLOCATOR_HELP = {
 
 
 def allocator_rows(plan: CapacityPlan) -> list[dict]:
-    """One table row per allocator: what fits, the operating batch and what binds it; user
-    counts are whole users (see :data:`ALLOCATOR_HELP`)."""
+    """One table row per allocator, named as every page names it (:mod:`glossary`), with its
+    setting: what fits, the operating batch and what binds it; user counts are whole users (see
+    :data:`ALLOCATOR_HELP`)."""
     return [
-        {"allocator": a.fit.label, "sequences that fit": a.memory_batch,
+        {"allocator": allocator_label(a.fit.allocator), "setting": a.fit.label, "sequences that fit": a.memory_batch,
          "KV utilisation": a.fit.utilisation, "operating batch": a.batch,
          "TPOT": fmt_ms(None if a.step is None else a.step.step_s),
          "tokens/s per GPU": round(a.tokens_per_s_per_gpu),
@@ -61,7 +63,8 @@ def server_figure(plan: CapacityPlan) -> go.Figure:
                                  row=1, col=col)
             figure.add_trace(go.Scatter(
                 x=[allocator.batch], y=[allocator.tokens_per_s_per_gpu], mode="markers",
-                marker=dict(size=12, color=colour), name=allocator.fit.label), row=1, col=1)
+                marker=dict(size=12, color=colour), name=allocator_label(allocator.fit.allocator)),
+                row=1, col=1)
     if plan.tpot_target_s is not None:
         figure.add_hline(y=plan.tpot_target_s * 1e3, line_dash="dash", line_color="red",
                          row=1, col=2)

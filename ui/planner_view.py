@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from glossary import dtype_label
 from inputs.uploads import dumps_strict
 from planner.capacity import CapacityPlan
 from planner.cli import result_dict
@@ -103,7 +104,7 @@ def render_server(outcome: PlanOutcome, *, source_label: str, weight_dtype: str)
                    "bound in the table is the roofline's reading of the same bytes and FLOPs.")
     else:
         compute = ("Decode step = max(bytes read ÷ bandwidth, FLOPs ÷ the BF16 matmul rate)." +
-                   (f" {weight_dtype.upper()} weights are read at their own size, but their matmuls are costed "
+                   (f" {dtype_label(weight_dtype)} weights are read at their own size, but their matmuls are costed "
                     "at the BF16 rate (faster low-precision tensor-core rates are not modelled), so a "
                     "compute-bound step here is an upper bound." if weight_dtype in BF16_RATE_ONLY else ""))
     st.caption(f"Traffic: {outcome.traffic_label}; mean {plan.context:,.0f} tokens per request, counted at full "

@@ -61,3 +61,10 @@ def test_a_bad_url_value_is_ignored_with_a_notice():
     at = open_page(PAGE, {"dtp": "3", "rate": "-1"})
     assert "dtp" in texts(at.caption) and "rate" in texts(at.caption)
     assert at.selectbox(key="cluster.dtp").value == 0
+
+
+def test_formats_go_by_their_glossary_names():
+    at = open_page(PAGE, {"kv": "int4", "w": "fp8"})
+    assert at.selectbox(key="cluster.w").options == ["BF16", "FP8 (e4m3)", "INT8", "INT4"]
+    assert at.selectbox(key="cluster.kv").value == "int4"  # the option value stays the URL's and the code's
+    assert any(e.label == "Glossary" for e in at.sidebar.expander)

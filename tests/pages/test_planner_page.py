@@ -18,7 +18,7 @@ from hardware.gpus import get_gpu
 from planner.step_model import ServingSetup, step_shape, step_time
 from sizing.catalogue import get_entry
 from sizing.report import Handoff
-from support.apptest import metric_text, open_page, texts
+from support.apptest import figures, metric_text, open_page, texts
 
 PAGE = "4_planner.py"
 HANDOFF_KEY = "handoff.sizer"  # where ui.handoff.publish keeps the sizer's latest result
@@ -338,3 +338,18 @@ def test_a_refused_trace_upload_names_the_widget_not_the_field(content, message)
     # The simulator refuses it under its field "trace"; the page says "Trace", once.
     assert len(errors) == 1 and errors[0].startswith(f"**Trace**: {message}"), errors
     assert "trace:" not in errors[0]
+
+
+def test_allocators_and_formats_go_by_their_glossary_names():
+    at = _open(REFERENCE_URL)
+    table = next(d.value for d in at.dataframe if "Allocator" in d.value.columns).set_index("Allocator")
+    # The names every page uses, each beside the setting it ran with (max context 32,768, blocks of 16).
+    assert table.loc["Contiguous, reserve the maximum (Orca-Max)", "Setting"] == \
+        "contiguous, reserving 32,768 tokens (Orca-Max)"
+    assert table.loc["Paged (vLLM blocks)", "Setting"] == "paged, 16-token blocks"
+    chart = next(f for f in figures(at) if len(f["data"]) > 2)
+    assert {t["name"] for t in chart["data"] if t["mode"] == "markers"} == {
+        "Contiguous, reserve the maximum (Orca-Max)", "Paged (vLLM blocks)"}
+    weights = at.selectbox(key="planner.w").options
+    assert {"BF16", "FP8 (e4m3)", "FP8 (e4m3, 128 × 128 blocks)", "INT4 (GPTQ, g128)"} <= set(weights)
+    assert "Oracle" in at.selectbox(key="planner.policy").help
