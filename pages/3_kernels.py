@@ -36,13 +36,16 @@ ensure_triton_backend()  # before any kernel module: Triton reads TRITON_INTERPR
 from kernels.bench.live import Backend, default_backend, merge_reports  # noqa: E402
 from kernels.bench.records import MAX_BENCH_JSON_BYTES, BenchJsonError, parse_bench_json, report_to_json  # noqa: E402
 from kernels.bench.shipped import RESULTS_DIR, find_shipped_results  # noqa: E402
+from ui.glossary_view import render_glossary  # noqa: E402
 from ui.gpu_lock import GpuBusy, GpuGate, run_guarded  # noqa: E402
 from ui.kernel_controls import sidebar, tabs, view_state  # noqa: E402
 from ui.kernel_families import families_section  # noqa: E402
+from ui.kernel_layer_mix import layer_mix_section  # noqa: E402
 from ui.kernel_mla import mla_section  # noqa: E402
 from ui.kernel_results import results_tab  # noqa: E402
 from ui.kernel_tabs import check_tab, memory_tab, page_size_tab, roofline_tab, softmax_tab, sweep_tab  # noqa: E402
 from ui.kernel_theory import REFERENCE_PAGE  # noqa: E402
+from ui.url_state import copy_link  # noqa: E402
 
 SESSION_RUNS = "kernels_session_runs"  # the planner page reads this session's runs too
 SESSION_SOURCE = "This session's runs"
@@ -68,9 +71,6 @@ def _shipped(directory: str):
 def _uploaded(data: bytes):
     """Parse an uploaded benchmark JSON once, not on every rerun (a ValueError is not cached)."""
     return parse_bench_json(data)
-
-
-
 
 
 def _run_on_gpu(plan, runs: list) -> None:
@@ -195,7 +195,10 @@ if result is not None:
 with tab_res:
     families_section()  # from the shipped families run, on any machine
     mla_section()  # from the shipped MLA decode run, on any machine
+    layer_mix_section(gpu=backend.gpu, gate=st.session_state.get("kernels_gate") or _gate())
 with tab_softmax:
     softmax_tab()
 with tab_check:
     check_tab(gpu=backend.gpu, interpreting=interpreter_active())
+copy_link()  # last: the sidebar, the open tab and every tab's controls are in the URL by now
+render_glossary()

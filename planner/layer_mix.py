@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from inputs.errors import InputError
+from sizing.errors import SizingError
 from kernels.attention_span import first_visible, span_of
 from kernels.bench.layer_mix_records import KindTiming, LayerMixReport, MixRequest, read_layer_mix_file
 from sizing.catalogue import get_entry
@@ -56,6 +57,8 @@ def kinds_of(request: MixRequest) -> tuple[KindTiming, ...]:
     entry = get_entry(request.model)
     shape = entry.shape
     tp = shape.check_tp(request.tp)
+    if shape.q_heads % tp:  # vLLM: the attention heads must split evenly over the TP ranks
+        raise SizingError("tp", f"TP {tp} does not divide the {shape.q_heads} query heads")
     sinks = entry.config.get("model_type") in SINK_MODEL_TYPES
     value_bytes = float(get_precision(request.kv, field="kv_dtype").bytes_per_value)
     out = []

@@ -16,6 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from glossary import DTYPE_LABELS
 from kernels.bench.records import BenchReport, Ceilings, DecodeResult, DecodeShape, MixedResult, PrefillResult
 from kernels.reference.online_softmax import OnlineSoftmaxRun
 from kernels.theory import (
@@ -23,32 +24,35 @@ from kernels.theory import (
     prefill_contender_bytes, tflops,
 )
 from ui.kernel_theory import DTYPE_BYTES, hardware_from_ceilings
+from ui.kernel_tables import CONTENDER_NAMES
 from ui.kernel_tables import contender_name as _name
 
 __all__ = ["roofline_rows", "roofline_figure", "roofline_points_frame", "decode_sweep_rows", "prefill_sweep_rows",
            "sweep_figure", "memory_figure", "softmax_step_figure", "shape_labels", "plot_config", "CONTENDER_STYLE",
            "ROOFLINE_FORMATS", "AXIS_TITLES"]
 
-# One colour and marker per contender, so points at the same place stay apart by shape.
-CONTENDER_STYLE = {
-    "Triton paged decode": ("#1f77b4", "circle"),
-    "Triton paged decode, FP8 KV": ("#ff7f0e", "diamond"),
-    "Triton paged decode, INT4 KV": ("#9467bd", "star"),
-    "gather pages, then SDPA": ("#8c564b", "triangle-up"),
-    "SDPA FLASH (contiguous)": ("#2ca02c", "square"),
-    "SDPA cuDNN (contiguous)": ("#d62728", "x"),
-    "SDPA EFFICIENT (contiguous)": ("#17becf", "cross"),
-    "naive softmax(QKᵀ)V": ("#7f7f7f", "triangle-down"),
-    "cuDNN paged SDPA": ("#e377c2", "hourglass"),
-    "FlashInfer decode, tensor cores": ("#bcbd22", "hexagon"),
-    "FlashInfer decode, CUDA cores": ("#dbdb8d", "bowtie"),
-    "FlashInfer decode, tensor cores, FP8 KV": ("#ffbb78", "diamond-wide"),
-    "FlashInfer decode, CUDA cores, FP8 KV": ("#c49c94", "diamond-tall"),
-    "Triton tiled forward": ("#1f77b4", "circle"),
-    "Triton tiled forward, triton.language kernel": ("#aec7e8", "pentagon"),
-    "Triton chunked prefill, one launch": ("#1f77b4", "circle"),
-    "Triton chunked prefill, chunks and rows in two launches": ("#ff7f0e", "diamond"),
+# One colour and marker per contender, so points at the same place stay apart by shape; keyed
+# by the contender's shown name (:data:`ui.kernel_tables.CONTENDER_NAMES`), set here by its id.
+_STYLE_BY_ID = {
+    "triton_paged": ("#1f77b4", "circle"),
+    "triton_paged_fp8": ("#ff7f0e", "diamond"),
+    "triton_paged_int4": ("#9467bd", "star"),
+    "gather_sdpa": ("#8c564b", "triangle-up"),
+    "sdpa_flash": ("#2ca02c", "square"),
+    "sdpa_cudnn": ("#d62728", "x"),
+    "sdpa_efficient": ("#17becf", "cross"),
+    "naive": ("#7f7f7f", "triangle-down"),
+    "cudnn_paged": ("#e377c2", "hourglass"),
+    "flashinfer_tc": ("#bcbd22", "hexagon"),
+    "flashinfer_cuda": ("#dbdb8d", "bowtie"),
+    "flashinfer_tc_fp8": ("#ffbb78", "diamond-wide"),
+    "flashinfer_cuda_fp8": ("#c49c94", "diamond-tall"),
+    "triton_flash": ("#1f77b4", "circle"),
+    "triton_flash_tl": ("#aec7e8", "pentagon"),
+    "triton_chunked": ("#1f77b4", "circle"),
+    "triton_chunked_split": ("#ff7f0e", "diamond"),
 }
+CONTENDER_STYLE = {CONTENDER_NAMES[c]: style for c, style in _STYLE_BY_ID.items()}
 
 
 def plot_config(name: str) -> dict:
@@ -59,8 +63,10 @@ def plot_config(name: str) -> dict:
 
 
 def shape_labels(records: tuple[DecodeResult, ...] | tuple[PrefillResult, ...]) -> list[str]:
-    """One label per record of a report section, for the shape picker."""
-    return [f"{r.shape.label} {getattr(r.shape, 'dtype', '')}" for r in records]
+    """One label per record of a report section, for the shape picker (dtypes by their glossary
+    names; one the glossary does not know, from an uploaded file, as written)."""
+    return [f"{r.shape.label} {DTYPE_LABELS.get(r.shape.dtype, r.shape.dtype)}" if getattr(r.shape, "dtype", None)
+            else r.shape.label for r in records]
 
 
 def roofline_rows(result: DecodeResult | PrefillResult) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import streamlit as st
 
+from glossary import dtype_label
 from inputs.bounds import Bound
 from kernels.bench.live import KernelRequest
 from kernels.bench.mixed import MIXED_PRESETS, mixed_batch
@@ -29,7 +30,7 @@ from ui.url_state import ChoiceField, FlagField, NumberField, PageState
 
 __all__ = ["KERNELS", "DTYPES", "HEAD_DIMS", "BATCHES", "LENGTHS", "HEADS", "BLOCKS", "TABS", "SHAPE_FIELDS",
            "VIEW_FIELDS", "shape_state",
-           "view_state", "kernel_state", "sidebar", "tabs", "follow_sidebar", "softmax_controls",
+           "view_state", "kernel_state", "dtype_text", "sidebar", "tabs", "follow_sidebar", "softmax_controls",
            "page_size_controls", "PS_CONTEXTS"]
 
 KERNELS = {"decode": "Paged decode", "prefill": "Tiled forward (prefill)", "mixed": "Chunked prefill (mixed batch)"}
@@ -77,6 +78,11 @@ VIEW_FIELDS = (
 )
 
 
+def dtype_text(dtype: str) -> str:
+    """A kernel dtype by its glossary name; FP8 is the cache's format, the query staying 16-bit."""
+    return f"{dtype_label('fp8')} KV, {dtype_label('bf16')} query" if dtype == "fp8" else dtype_label(dtype)
+
+
 def shape_state() -> PageState:
     """The sidebar's URL-backed fields, fresh each rerun (its notices are that rerun's)."""
     return PageState("kernels", SHAPE_FIELDS)
@@ -114,7 +120,7 @@ def sidebar() -> tuple[KernelRequest, list[str]]:
         state = kernel_state(kernel)
         state.seed()
         dtype = st.selectbox("Dtype", DTYPES[kernel], key=state.key(f"dtype_{kernel}"),
-                             format_func=lambda d: "FP8 (e4m3) KV, bf16 query" if d == "fp8" else d)
+                             format_func=dtype_text)
         mix = st.selectbox("Mixed batch", MIXED_PRESETS, format_func=MIXES.get, key=key("mix"),
                            disabled=kernel != "mixed")
         batch = st.selectbox("Batch", BATCHES, key=key("batch"), disabled=kernel == "mixed",

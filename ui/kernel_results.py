@@ -12,6 +12,7 @@ import re
 import pandas as pd
 import streamlit as st
 
+from glossary import dtype_label
 from kernels.bench.records import BenchReport, report_to_json
 from kernels.bench.shipped import installed_versions, provenance_lines
 from ui.kernel_charts import shape_labels
@@ -86,8 +87,8 @@ def _targets(report: BenchReport, key: str) -> None:
         lines = []
         for row in unmet.to_dict("records"):
             measured = "not measured" if row["Measured"] is None else row["Measured"]
-            lines.append(f"- `{row['Target']}` ({measured}, needs {row['Required']}; {row['Worst shape']}): "
-                         f"{row['What limits it'] or 'no figure in this run.'}")
+            lines.append(f"- {row['In plain words']}, `{row['Target']}` ({measured}, needs {row['Required']}; "
+                         f"{row['Worst shape']}): {row['What limits it'] or 'no figure in this run.'}")
         st.markdown("**What limits the unmet ones**\n\n" + "\n".join(lines))
     download_csv(frame, "kernel_targets", key=f"{key}_csv", label="Download the targets (CSV)")
 
@@ -109,8 +110,9 @@ def results_tab(report: BenchReport, source: str, kernel: str, plan):
     _metrics(result, report, kernel)
     table = measurement_frame(result)
     grid(shown(table, measurement_formats(table)), key=f"k_table_{kernel}")
-    st.caption("Rates count each contender's own bytes or FLOPs (FP8 KV one byte per value, INT4 its codes and "
-               "scales); × cuDNN and × Triton bf16 are time ratios on this shape (above 1: faster).")
+    st.caption(f"Rates count each contender's own bytes or FLOPs ({dtype_label('fp8')} KV one byte per value, "
+               f"{dtype_label('int4')} its codes and scales); × cuDNN and × Triton BF16 are time ratios on this "
+               "shape (above 1: faster).")
     download_csv(table, f"kernel_{result.shape.label}", key="k_table_csv", label="Download the measurements (CSV)")
     st.subheader("Theory beside measurement")
     st.caption(f"The traffic model of the reference page ({REFERENCE_PAGE}, which this app is built from): "

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from glossary import dtype_label
 from kernels.bench.records import BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult, measured_text
-from kernels.bench.target_notes import limit_of
+from kernels.bench.target_notes import label_of, limit_of
 
 if TYPE_CHECKING:  # the interpreter check needs Triton; these tables must not (the page's no-Triton view)
     from kernels.bench.live import InterpreterCheck
@@ -25,10 +26,11 @@ __all__ = ["CONTENDER_NAMES", "STATUS_WORDS", "MISSING", "contender_name", "show
            "measurement_formats", "target_frame", "interpreter_frame", "memory_frame",
            "mixed_frame", "theory_frame"]
 
+FP8, INT4 = dtype_label("fp8"), dtype_label("int4")  # the formats by the names every page uses
 CONTENDER_NAMES = {
     "triton_paged": "Triton paged decode",
-    "triton_paged_fp8": "Triton paged decode, FP8 KV",
-    "triton_paged_int4": "Triton paged decode, INT4 KV",
+    "triton_paged_fp8": f"Triton paged decode, {FP8} KV",
+    "triton_paged_int4": f"Triton paged decode, {INT4} KV",
     "gather_sdpa": "gather pages, then SDPA",
     "sdpa_flash": "SDPA FLASH (contiguous)",
     "sdpa_cudnn": "SDPA cuDNN (contiguous)",
@@ -36,8 +38,8 @@ CONTENDER_NAMES = {
     "cudnn_paged": "cuDNN paged SDPA",
     "flashinfer_tc": "FlashInfer decode, tensor cores",
     "flashinfer_cuda": "FlashInfer decode, CUDA cores",
-    "flashinfer_tc_fp8": "FlashInfer decode, tensor cores, FP8 KV",
-    "flashinfer_cuda_fp8": "FlashInfer decode, CUDA cores, FP8 KV",
+    "flashinfer_tc_fp8": f"FlashInfer decode, tensor cores, {FP8} KV",
+    "flashinfer_cuda_fp8": f"FlashInfer decode, CUDA cores, {FP8} KV",
     "naive": "naive softmax(QKᵀ)V",
     "triton_flash": "Triton tiled forward",
     "triton_flash_tl": "Triton tiled forward, triton.language kernel",
@@ -47,7 +49,7 @@ CONTENDER_NAMES = {
 STATUS_WORDS = {"ok": "ok", "oom": "out of memory", "unsupported": "unsupported", "error": "error",
                 "not_available": "not available", "skipped": "skipped"}
 MISSING = "—"  # what a cell shows where nothing was measured
-# The bf16 kernel each kernel's "× Triton bf16" column compares with (the decode kernel's own dtype).
+# The bf16 kernel each kernel's "× Triton BF16" column compares with (the decode kernel's own dtype).
 _OURS = {"decode": "triton_paged", "prefill": "triton_flash", "mixed": "triton_chunked"}
 
 
@@ -122,7 +124,7 @@ def measurement_frame(result: DecodeResult | PrefillResult | MixedResult) -> pd.
             "Eager call (µs)": eager_us,
             f"Rate ({unit})": _num(m.rate) if m.status == "ok" else math.nan,
             "× cuDNN": _speed_over(result, "sdpa_cudnn", m),
-            "× Triton bf16": _speed_over(result, _OURS[_kind(result)], m),
+            "× Triton BF16": _speed_over(result, _OURS[_kind(result)], m),
             "% of measured ceiling": 100 * _num(m.share_of_measured),
             "% of datasheet": 100 * _num(m.share_of_datasheet),
             "Max abs error vs fp32": _num(m.max_abs_err),
@@ -135,21 +137,23 @@ def measurement_frame(result: DecodeResult | PrefillResult | MixedResult) -> pd.
 def measurement_formats(frame: pd.DataFrame) -> dict[str, str]:
     rate = next(c for c in frame.columns if c.startswith("Rate"))
     return {"CUDA-graph replay (µs)": ",.1f", "Eager call (µs)": ",.1f", rate: ",.2f", "× cuDNN": ".3f",
-            "× Triton bf16": ".2f", "% of measured ceiling": ".0f", "% of datasheet": ".0f",
+            "× Triton BF16": ".2f", "% of measured ceiling": ".0f", "% of datasheet": ".0f",
             "Max abs error vs fp32": ".1e", "Extra memory (MiB)": ",.0f"}
 
 
 def target_frame(report: BenchReport) -> pd.DataFrame:
-    """Every target of the report: measured, required (≥ or ≤), met, the worst shape and, for an
-    unmet target, what limits it. Cells are text: ``Measured`` by
-    :func:`kernels.bench.records.measured_text`."""
+    """Every target of the report: its id and what it compares in plain words, measured, required
+    (≥ or ≤), met, the worst shape and, for an unmet target, what limits it. Cells are text:
+    ``Measured`` by :func:`kernels.bench.records.measured_text`."""
     rows = [{"Target": t.name,
+             "In plain words": label_of(t.name),
              "Measured": measured_text(t),
              "Required": f"{'≤' if t.at_most else '≥'} {t.required:g}",
              "Met": "yes" if t.met else "no",
              "Worst shape": t.detail,
              "What limits it": limit_of(t) or ""} for t in report.targets]
-    return pd.DataFrame(rows, columns=["Target", "Measured", "Required", "Met", "Worst shape", "What limits it"])
+    return pd.DataFrame(rows, columns=["Target", "In plain words", "Measured", "Required", "Met", "Worst shape",
+                                       "What limits it"])
 
 
 def interpreter_frame(checks: tuple[InterpreterCheck, ...]) -> pd.DataFrame:

@@ -314,7 +314,7 @@ TARGET_SPECS = (
                            "config)"),
     TargetSpec(name="decode_int4_vs_bf16", required=3.2,
                description="INT4-KV kernel tokens/s over the bf16 kernel's, worst large shape (the byte limit is "
-                           "about 3.8: 4-bit codes and a 16-bit scale per 32 values)"),
+                           "about 3.8: 4-bit codes and two fp16 scales per head vector)"),
     TargetSpec(name="decode_int4_b1_vs_bf16", required=2.4,
                description="INT4-KV kernel tokens/s over the bf16 kernel's at batch 1, context 32K (worst head "
                            "config)"),
