@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import numpy as np
 
+from glossary import allocator_label
 from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
@@ -26,6 +27,7 @@ from simulation.snapshot import DEFAULT_BLOCK_SIZE, SnapshotConfig, run_snapshot
 from simulation.step_cost import DEFAULT_DECODE_STEP_S, DEFAULT_PREFILL_TOKENS_PER_S, StepCost
 from simulation.timeline import (DEFAULT_CPU_LINK_GBPS, DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS,
                                  Allocation, CpuTierConfig, Preemption, TimelineConfig, TimelineResult, run_timeline)
+from simulation.timeline_types import MAX_TRANSFER_DELAY_S
 from simulation.traces import load_trace_csv
 from simulation.workloads import (MAX_REQUESTS, Fixed, LogNormal, TotalLengthSpec, Uniform, Workload,
                                   poisson_arrivals)
@@ -68,6 +70,7 @@ MAX_NUM_SEQS = Bound(field="--max-num-seqs", low=1, high=65_536, integer=True, u
 MAX_NUM_BATCHED_TOKENS = Bound(field="--max-num-batched-tokens", low=1, high=MAX_TOKENS, integer=True, unit="tokens")
 CPU_TIER_GIB = Bound(field="--cpu-tier-gib", low=0, high=10**5, low_open=True, unit="GiB")
 CPU_LINK_GBPS = Bound(field="--cpu-link-gbps", low=0.001, high=10**4, unit="GB/s")
+TRANSFER_DELAY_S = Bound(field="--transfer-delay-s", low=0, high=MAX_TRANSFER_DELAY_S, unit="s")
 # The prefix command's scenario: tokens per part, requests, turns (each turn repeats the history,
 # so turns × (user + output) stays far below any context).
 SYSTEM_PROMPT_TOKENS = Bound(field="--system-prompt-tokens", low=0, high=10**6, integer=True, unit="tokens")
@@ -156,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_options(timeline)
     timeline.add_argument("--prefix-caching", action="store_true",
                           help="vLLM's automatic prefix caching (paged only)")
+    timeline.add_argument("--arrive-prefilled", action="store_true",
+                          help="a disaggregated decode pool: prompts arrive with their KV computed (blocks "
+                               "allocated at admission, the last prompt token recomputed), no prefill chunks")
+    _number(timeline, "--transfer-delay-s", TRANSFER_DELAY_S,
+            "with --arrive-prefilled: seconds from a request's arrival to its KV reaching the pool (default 0)",
+            default=0.0)
     prefix = commands.add_parser("prefix", help="prefix caching over time: hit rate, prefill saved, evictions")
     _number(prefix, "--system-prompt-tokens", SYSTEM_PROMPT_TOKENS, "shared prefix of every prompt", default=0)
     _number(prefix, "--user-tokens", USER_TOKENS, "each request's (each turn's) own tokens", default=0)
@@ -344,8 +353,16 @@ def _timeline(args: argparse.Namespace) -> dict[str, object]:
         workload = workload.with_arrivals(poisson_arrivals(workload.size, args.rate, rng))
     elif workload.arrival_s is None:
         raise _bad("--rate", "the workload has no arrival times: give --rate (requests/s)")
+    if args.transfer_delay_s and not args.arrive_prefilled:
+        raise _bad("--transfer-delay-s", "needs --arrive-prefilled (the delay is the KV's trip to a decode pool)")
+    if args.arrive_prefilled and args.prefix_caching:
+        raise _bad("--arrive-prefilled", "prefilled arrivals run without --prefix-caching")
+    if args.arrive_prefilled and args.cpu_tier_gib is not None:
+        raise _bad("--arrive-prefilled", "prefilled arrivals run without --cpu-tier-gib")
     config = _engine_config(args, allocation=args.allocator, preemption=args.preempt,
                             prefix_caching=args.prefix_caching)
+    if args.arrive_prefilled:
+        config = replace(config, arrive_prefilled=True, transfer_delay_s=args.transfer_delay_s)
     check_estimate(_estimate(workload, config), requests="--n", block_size="--block-size")
     result = run_timeline(workload, config, deadline=Deadline(field="--n"))
     return {
@@ -354,10 +371,24 @@ def _timeline(args: argparse.Namespace) -> dict[str, object]:
         "block_size": config.block_size, "max_context": config.max_context,
         "max_num_seqs": config.max_num_seqs, "max_num_batched_tokens": config.max_num_batched_tokens,
         "chunked_prefill": config.chunked_prefill, "prefix_caching": config.prefix_caching,
+        **_prefilled_report(result),
         **_engine_report(result),
         "token_state_fraction": round(result.token_state_fraction, 6),
         "breakdown": _breakdown_json(result.breakdown),
         **_prefix_report(result),
+    }
+
+
+def _prefilled_report(result: TimelineResult) -> dict[str, object]:
+    """A decode pool's own figures (the other modes print none, so their reports stay as they were)."""
+    config = result.config
+    if not config.arrive_prefilled:
+        return {}
+    return {
+        "arrive_prefilled": True, "transfer_delay_s": config.transfer_delay_s,
+        "computed_tokens": result.computed_tokens,
+        "peak_allocated_tokens": result.peak_allocated_tokens,
+        "mean_allocated_tokens": round(result.mean_allocated_tokens, 3),
     }
 
 
@@ -393,10 +424,17 @@ def _prefix(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+# Rows whose value is an allocator's option value: the table names it as every page does, the
+# option value kept in brackets (what to pass back); the JSON keeps the bare value.
+_ALLOCATOR_ROWS = ("policy", "allocator")
+
+
 def _table(report: dict[str, object]) -> str:
     rows = []
     for key, value in report.items():
-        if isinstance(value, dict):
+        if key in _ALLOCATOR_ROWS and isinstance(value, str):
+            value = f"{allocator_label(value)} [{value}]"
+        elif isinstance(value, dict):
             value = ", ".join(f"{k} {v:.1%}" for k, v in value.items())
         elif isinstance(value, float):
             value = f"{value:,.4g}"

@@ -27,10 +27,11 @@ import numpy as np
 
 from simulation.block_pool import CachingPool, CountingPool, CpuTier, OwnBlockPool
 from simulation.engine_arrivals import Arrivals
-from simulation.engine_batch import DECODING, Batch
+from simulation.engine_batch import Batch
 from simulation.engine_contiguous import ContiguousSpace
 from simulation.engine_cost import constant_decode_step, decode_seconds, steps_to_reach
 from simulation.engine_lane import run_lane
+from simulation.engine_preempt import preempt_latest, swap_seconds
 from simulation.engine_prefix import BlockTables
 from simulation.engine_result import engine_result
 from simulation.engine_sums import Accumulator
@@ -116,8 +117,15 @@ class Engine:
         self.rejected = rejected
         self.to_run = int((~rejected).sum())
         self.arrival = np.array(workload.arrival_s, dtype=np.float64)  # later turns' set as they arrive
-        self.arrivals = Arrivals(self.arrival, parent, content.think_s if content is not None else np.zeros(n),
-                                 rejected)
+        think = content.think_s if content is not None else np.zeros(n)
+        # Prefilled arrivals (a decode pool): the requests still to be admitted for the first time,
+        # each arriving once its KV has crossed the link (a later turn's too).
+        self.prefilled: list[bool] | None = None
+        if c.arrive_prefilled:
+            self.prefilled = [True] * n
+            self.arrival += c.transfer_delay_s
+            think = think + c.transfer_delay_s
+        self.arrivals = Arrivals(self.arrival, parent, think, rejected)
         self.queue, self.children = self.arrivals.queue, self.arrivals.children
         self.resume_goal = prompt.tolist()
         self.prompt_list = self.resume_goal.copy()
@@ -125,6 +133,8 @@ class Engine:
         self.admitted_at, self.first_token_at, self.finished_at = ([math.nan] * n for _ in range(3))
         self.time = 0.0
         self.steps = 0
+        self.computed_tokens = 0  # tokens the steps computed
+        self.peak_allocated = 0  # most slots allocated after a step
         self.batch = Batch(self.final, block, self.paged)
         self.head_plan: _Admission | None = None  # what _decode_only found for the head of the queue
         self.completed = self.preemptions = self.recomputed_tokens = self.swapped_tokens = 0
@@ -217,6 +227,8 @@ class Engine:
             if need > self.pool.free - self.watermark:
                 return None
             return (request, goal, 0, (), 0, 0, goal, need, True)
+        if self.prefilled is not None and self.prefilled[request]:
+            return self._plan_prefilled(request, goal)
         hits, hit_blocks, cpu_blocks, evictable = 0, (), 0, 0
         if self.own_blocks:
             # All its cached blocks are free (it is not running); the last token is never a hit.
@@ -238,6 +250,19 @@ class Engine:
             return None
         return (request, start, hits, hit_blocks, cpu_blocks, chunk, new_len, new_blocks, False)
 
+    def _plan_prefilled(self, request: int, goal: int) -> _Admission | None:
+        """A prefilled arrival's first admission (``goal``: its prompt): the KV of all but the
+        last prompt token is there; the step computes that token, whose output is the first
+        token, so the request holds ``goal + 1`` slots, allocated now."""
+        if not self.paged:
+            if self._holes()[1] < self.space.chunk[request]:
+                return None
+            return (request, goal - 1, 0, (), 0, 1, goal + 1, 0, False)
+        new_blocks = -(-(goal + 1) // self.block)
+        if new_blocks > self.pool.free - self.watermark:
+            return None
+        return (request, goal - 1, 0, (), 0, 1, goal + 1, new_blocks, False)
+
     def _still_admissible(self, plan: _Admission | None, grown: int) -> bool:
         """Whether ``plan`` (made before the running requests took ``grown`` blocks) still holds."""
         if plan is None:
@@ -254,6 +279,8 @@ class Engine:
         request, _, hits, hit_blocks, cpu_blocks, _, _, new_blocks, swap_in = plan
         block, stall = self.block, 0.0
         first = math.isnan(self.admitted_at[request])
+        if self.prefilled is not None:
+            self.prefilled[request] = False  # a readmission after a preemption recomputes its KV here
         if first:
             self.admitted_at[request] = self.time
         if self.paged and not self.caching:
@@ -277,7 +304,7 @@ class Engine:
             self.swapped_tokens += goal
             if self.cpu is not None:
                 self.cpu.unpark(cdiv(goal, block))
-            stall += self._swap_seconds(goal)
+            stall += swap_seconds(self, goal)
         else:
             hit_tokens = (hits + cpu_blocks) * block
             if first:
@@ -288,40 +315,6 @@ class Engine:
                 self.prefix_readmit_hits += hit_tokens
                 self.recomputed_tokens += goal - hit_tokens
         return stall
-
-    def _swap_seconds(self, tokens: int) -> float:
-        if self.cpu is not None:
-            return self.config.cpu_tier.seconds(tokens, self.per_token_bytes)
-        return tokens / self.config.swap_tokens_per_s
-
-    # ---- preemption ---------------------------------------------------------------------------
-    def _preempt_latest(self) -> tuple[int, float]:
-        """Preempt the latest admitted running request (paged); returns (the request, stall)."""
-        batch = self.batch
-        request = batch.latest()
-        decoding = batch.state[request] == DECODING
-        length = batch.remove(request)
-        stall = 0.0
-        blocks = -(-length // self.block)
-        if self.own_blocks:  # its computed full blocks are registered: length − 1 tokens when decoding
-            self.pool.release(request, blocks, (length - decoding) // self.block)
-        elif self.caching:
-            self.tables.release(request)
-        else:
-            self.pool.give(blocks)
-        swap = self.config.preemption is Preemption.SWAP and decoding
-        if swap and self.cpu is not None:
-            swap = self.cpu.park(blocks)
-        if decoding:
-            self.resume_goal[request] = length
-        if swap:
-            self.swapped[request] = True
-            self.swapped_tokens += length
-            stall = self._swap_seconds(length)
-            self.stall_s += stall
-        self.queue.appendleft(request)
-        self.preemptions += 1
-        return request, stall
 
     # ---- one step -----------------------------------------------------------------------------
     def _one_step(self) -> None:
@@ -385,9 +378,13 @@ class Engine:
             batch.admit(request, new_len, goal)
             if new_len > goal and math.isnan(first_token_at[request]):
                 first_token_at[request] = time
+        memory = self._memory()
         if step_s > 0:
-            self.acc.add(step_s, self._memory(), len(batch.order))
+            self.acc.add(step_s, memory, len(batch.order))
+        if memory[3] > self.peak_allocated:
+            self.peak_allocated = memory[3]
         self.steps += 1
+        self.computed_tokens += computed
         self.last_step = (step_s, computed)
         if self.per_block:
             order = batch.order
@@ -420,7 +417,7 @@ class Engine:
         need = sum(needs.values())
         stall, preempted = 0.0, False
         while (decode := batch.growth(1)) + need > self.pool.free:
-            victim, seconds = self._preempt_latest()
+            victim, seconds = preempt_latest(self)
             need -= needs.pop(victim, 0)
             chunks.pop(victim, None)
             stall += seconds
@@ -499,8 +496,13 @@ class Engine:
                       steps * self._external(), 0)
             batch.advance(steps, 0)
         self.acc.add(seconds / steps, memory, steps * size)
+        if paged:  # memory grows over a jump: its last step holds the most (contiguous chunks stay)
+            held = batch.held - (self._duplicate_slots() if self.per_block else 0)
+            if held > self.peak_allocated:
+                self.peak_allocated = held
         self.time += seconds
         self.steps += steps
+        self.computed_tokens += steps * size
         self.last_step = (seconds / steps, size)
         if growing:
             self.tables.register_computed(batch, [request for request, _ in growing])
@@ -518,7 +520,7 @@ class Engine:
         """Preempt the latest admitted until the pool feeds one decode step (swaps stall)."""
         batch, stall = self.batch, 0.0
         while batch.order and batch.growth(1) > self.pool.free:
-            stall += self._preempt_latest()[1]
+            stall += preempt_latest(self)[1]
         self._integrate(stall)
         self.time += stall
 

@@ -45,7 +45,7 @@ def run_lane(e: Engine, jump_limit: int | None, verify: bool) -> None:
     base, seqs, state, goals, in_last, final = b.base, b.seq, b.state, b.goal, b.in_last, b.final
     done_heap, last_heap, acc = b.done_heap, b.last_heap, e.acc
     totals = acc.totals
-    resume_goal, swapped, prompt = e.resume_goal, e.swapped, e.prompt_list
+    resume_goal, swapped, prompt, prefilled = e.resume_goal, e.swapped, e.prompt_list, e.prefilled
     admitted_at, first_token_at, finished_at = e.admitted_at, e.first_token_at, e.finished_at
     own_runs = pool.runs if own else {}
     arrivals, children = e.arrivals, e.children
@@ -78,6 +78,8 @@ def run_lane(e: Engine, jump_limit: int | None, verify: bool) -> None:
                 goal = resume_goal[request]
                 if swapped[request] or (own and request in own_runs and (goal - 1) // block):
                     return  # a swap-in, or a readmission that hits its cached blocks
+                if prefilled and prefilled[request]:
+                    return  # a prefilled arrival computes one token of its prompt: Engine._plan_prefilled
                 chunk = goal if goal <= budget else budget
                 if chunk < goal:
                     return  # it would still prefill after the step
@@ -172,7 +174,11 @@ def run_lane(e: Engine, jump_limit: int | None, verify: bool) -> None:
                 if cached:
                     totals[5] += step_s * cached
                 acc.batch += step_s * len(order)
+            held = b.base_sum + b.decoding * clock + b.tail  # Engine._one_step's peak
+            if held > e.peak_allocated:
+                e.peak_allocated = held
             e.steps += 1
+            e.computed_tokens += computed
             e.last_step = (step_s, computed)
         else:
             # ---- a decode jump to the next completion, or arrival (_decode_jump) ----
@@ -227,8 +233,12 @@ def run_lane(e: Engine, jump_limit: int | None, verify: bool) -> None:
             if cached:
                 totals[5] += mean * (steps * cached)
             acc.batch += mean * (steps * size)
+            held = b.base_sum + b.decoding * clock + b.tail  # Engine._decode_jump's peak
+            if held > e.peak_allocated:
+                e.peak_allocated = held
             e.time += seconds
             e.steps += steps
+            e.computed_tokens += steps * size
             e.last_step = (seconds / steps, size)
         # ---- the completions at this clock (_finish, Batch.pop_done, Batch.remove), then a sample ----
         if done_heap and done_heap[0][0] <= clock:

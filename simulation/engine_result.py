@@ -40,6 +40,8 @@ def engine_result(engine: Engine) -> TimelineResult:
         swapped_tokens=engine.swapped_tokens, preemption_stall_s=engine.stall_s,
         wait_s=wait, ttft_s=ttft, tpot_s=tpot,
         mean_step_s=duration / engine.steps if engine.steps else 0.0, steps=engine.steps,
+        computed_tokens=engine.computed_tokens, peak_allocated_tokens=engine.peak_allocated,
+        mean_allocated_tokens=held,
         prefix=_prefix_stats(engine), series=series_from_samples(engine.samples, engine.config.series_points),
     )
 

@@ -20,6 +20,9 @@ Model (one engine, FCFS, iteration-level scheduling as in Orca and vLLM):
    dropped; with prefix caching its full blocks stay cached) or by swap (to host memory, or to
    the CPU tier when one is configured and has room). Contiguous requests reserve their whole
    chunk up front and never run out mid-flight; new ones queue instead.
+5. A disaggregated deployment's decode pool (``arrive_prefilled``): requests arrive a KV transfer
+   delay late with their prompt's KV, so the first admission allocates the prompt's blocks and
+   computes only the last prompt token (no prefill chunks); the rest is as above.
 
 Memory is split into the PagedAttention paper's figure-2 categories
 (:class:`~simulation.memory.MemoryBreakdown`) and integrated over time. Between events (an

@@ -31,6 +31,8 @@ DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 DEFAULT_CPU_LINK_GBPS = 25.0
 # Points kept in the plotted time series.
 DEFAULT_SERIES_POINTS = 1_000
+# Longest KV transfer delay a prefilled arrival may carry: an hour is far past any link.
+MAX_TRANSFER_DELAY_S = 3600.0
 
 
 class Allocation(str, enum.Enum):
@@ -77,7 +79,17 @@ class CpuTierConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class TimelineConfig:
-    """Settings of an over-time run (times in seconds, sizes in tokens)."""
+    """Settings of an over-time run (times in seconds, sizes in tokens).
+
+    ``arrive_prefilled`` runs the decode pool of a disaggregated deployment: each request arrives
+    ``transfer_delay_s`` after its arrival time with its prompt's KV computed elsewhere, so its
+    first admission allocates the prompt's blocks at once and computes one token, the last prompt
+    token, whose step yields the first output token (vLLM's decode side does the same:
+    ``Scheduler._update_waiting_for_remote_kv`` in ``vllm/v1/core/sched/scheduler.py`` counts the
+    received blocks as computed less one token, so the last one is recomputed for its logits).
+    A request preempted afterwards is recomputed locally by prefill chunks, as vLLM does.
+    Waits and TTFTs count from the arrival at the decode pool (after the delay).
+    """
 
     budget: KvBudget
     max_context: int
@@ -93,8 +105,22 @@ class TimelineConfig:
     prefix_caching: bool = False
     cpu_tier: CpuTierConfig | None = None
     series_points: int = DEFAULT_SERIES_POINTS
+    arrive_prefilled: bool = False
+    transfer_delay_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if not isinstance(self.arrive_prefilled, bool):
+            raise InputError("arrive_prefilled", f"must be True or False, got {self.arrive_prefilled!r}")
+        delay = self.transfer_delay_s
+        if (isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay)
+                or not 0 <= delay <= MAX_TRANSFER_DELAY_S):
+            raise InputError("transfer_delay_s", f"must be a number of seconds in [0, {MAX_TRANSFER_DELAY_S:g}], "
+                                                 f"got {delay!r}")
+        if delay and not self.arrive_prefilled:
+            raise InputError("transfer_delay_s", "a KV transfer delay needs arrive_prefilled")
+        if self.arrive_prefilled and (self.prefix_caching or self.cpu_tier is not None):
+            # Received KV is written into fresh blocks; what it would share with the cache is not modelled.
+            raise InputError("arrive_prefilled", "prefilled arrivals run without prefix caching and the CPU tier")
         if not (self.swap_tokens_per_s > 0 and math.isfinite(self.swap_tokens_per_s)):
             raise ValueError(f"swap_tokens_per_s must be a positive number, got {self.swap_tokens_per_s}")
         if self.block_size < 1:
@@ -215,6 +241,14 @@ class TimelineResult:
     mean_step_s : float
         Mean length of a step (time over steps).
     steps : int
+    computed_tokens : int
+        Tokens the steps computed, all steps together: prompt chunks (recomputes included) and
+        one per decoding request per step.
+    peak_allocated_tokens : int
+        Most slots allocated at once (paged: the running requests' blocks × block size;
+        contiguous: their chunks), taken after each step, before its completions free memory.
+    mean_allocated_tokens : float
+        Time-averaged slots allocated over ``duration_s``.
     prefix : PrefixStats or None
         With prefix caching.
     series : TimelineSeries
@@ -236,6 +270,9 @@ class TimelineResult:
     tpot_s: np.ndarray
     mean_step_s: float
     steps: int
+    computed_tokens: int
+    peak_allocated_tokens: int
+    mean_allocated_tokens: float
     prefix: PrefixStats | None
     series: TimelineSeries
 

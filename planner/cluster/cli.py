@@ -8,8 +8,10 @@ each role's layout (``--prefill-tp/-pp/-dp/-ep``, ``--decode-…``, ``--aggregat
 aggregated pool taking the decode layout unless given its own); the link between the pools
 (``--link``, ``--nics``, ``--kv-buffer-device``); the connectors the commands use
 (``--connector``, ``--transfer-backend``); the roofline's source (``--bandwidth-source``,
-``--efficiency``). Every figure printed is the library's (:mod:`planner.cluster.pools`,
-:mod:`planner.cluster.pareto`, :mod:`planner.cluster.launch`) as its ``as_record`` gives it.
+``--efficiency``); ``--simulate`` adds the decode and aggregated pools over time
+(:mod:`planner.cluster.occupancy`: ``--sim-requests``, ``--sim-seed``). Every figure printed is
+the library's (:mod:`planner.cluster.pools`, :mod:`planner.cluster.pareto`,
+:mod:`planner.cluster.launch`, :mod:`planner.cluster.occupancy`) as its ``as_record`` gives it.
 
 Bad arguments: exit status 2 and one line naming the option, as the planner's CLI; a layout the
 engines refuse names its role's option (``--decode-ep``) and the constraint.
@@ -28,8 +30,10 @@ from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, 
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
 from planner.bandwidth import choose_estimate
+from planner.cluster import occupancy
 from planner.cluster.launch import CONNECTORS, TRANSFER_BACKENDS, plan_record
 from planner.cluster.parallel import MAX_DP, ParallelLayout, routed_expert_params
+from planner.cluster.pools import compare
 from planner.cluster.replica import MAX_RATE, MAX_TARGET_S, ClusterSpec, Load, fitting_layout
 from sizing import cli as sizer_cli
 from sizing.catalogue import CatalogueEntry, get_entry
@@ -54,6 +58,8 @@ TPOT_MS = Bound(field="tpot_ms", low=0, low_open=True, high=MAX_TARGET_S * 1000,
 TTFT_MS = Bound(field="ttft_ms", low=0, low_open=True, high=MAX_TARGET_S * 1000, unit="ms")
 NICS = Bound(field="nics", low=1, high=MAX_NICS, integer=True, unit="NICs")
 EFFICIENCY = Bound(field="efficiency", low=0.01, high=1)  # below 1 % of the datasheet is no working GPU
+SIM_REQUESTS = Bound(field="sim_requests", low=1, high=occupancy.MAX_REQUESTS, integer=True, unit="requests")
+SIM_SEED = Bound(field="sim_seed", low=0, high=occupancy.MAX_SEED, integer=True)
 
 
 def _layout_bounds(role: str) -> dict[str, Bound]:
@@ -66,7 +72,8 @@ LAYOUT_BOUNDS = {role: _layout_bounds(role) for role in ROLES}
 
 # Library fields whose option is not the field's own name with dashes.
 _OPTION_FOR_FIELD = {"tpot_target_s": "--tpot-ms", "ttft_target_s": "--ttft-ms", "rate": "--rate",
-                     "kv_buffer_device": "--kv-buffer-device", "link": "--link", "nics": "--nics"}
+                     "kv_buffer_device": "--kv-buffer-device", "link": "--link", "nics": "--nics",
+                     "sim_requests": "--sim-requests", "sim_seed": "--sim-seed"}
 
 
 def _add(group, option: str, bound: Bound, text: str, **kwargs: Any) -> None:
@@ -120,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
                               "(default h200-results)")
     _add(cluster, "--efficiency", EFFICIENCY, "factor on datasheet bandwidth (default: from the source)",
          metavar="F")
+    sim = parser.add_argument_group("over time")
+    sim.add_argument("--simulate", action="store_true",
+                     help="run one DP rank of the decode pool (prefilled arrivals) and of the aggregated pool "
+                          "through the over-time simulator: peak and mean KV blocks in use, preemptions")
+    _add(sim, "--sim-requests", SIM_REQUESTS, f"requests per simulated pool (default {occupancy.DEFAULT_REQUESTS:,})",
+         default=occupancy.DEFAULT_REQUESTS, metavar="N")
+    _add(sim, "--sim-seed", SIM_SEED, "seed of the simulated arrivals (default 0)", default=0, metavar="N")
     return parser
 
 
@@ -190,9 +204,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ttft_target_s=None if args.ttft_ms is None else args.ttft_ms / 1e3)
     prefill, decode = layout_from_args(args, "prefill", spec, load), layout_from_args(args, "decode", spec, load)
     aggregated = layout_from_args(args, "aggregated", spec, load)
-    return plan_record(spec, load, prefill=prefill, decode=decode, aggregated=aggregated,
-                       launchable=_launchable(args, model, entry, weight_precision.name), connector=args.connector,
-                       transfer_backend=args.transfer_backend, notes=tuple(notes), pareto=args.pareto)
+    record = plan_record(spec, load, prefill=prefill, decode=decode, aggregated=aggregated,
+                         launchable=_launchable(args, model, entry, weight_precision.name), connector=args.connector,
+                         transfer_backend=args.transfer_backend, notes=tuple(notes), pareto=args.pareto)
+    if args.simulate:
+        comparison = compare(spec, load, prefill=prefill, decode=decode, aggregated=aggregated)
+        record["occupancy"] = occupancy.simulate_occupancy(
+            spec, comparison, requests=args.sim_requests, seed=args.sim_seed,
+            deadline=occupancy.Deadline(field="sim_requests")).as_record()
+    return record
 
 
 def format_text(record: dict[str, Any]) -> str:
@@ -213,6 +233,8 @@ def format_text(record: dict[str, Any]) -> str:
             lines += [f"    {command}" for command in (row["vllm"], row["sglang"]) if command]
             lines += [f"    note: {n}" for n in row["notes"]]
     lines += [""] + [t["text"] for t in record["comparison"]]
+    if "occupancy" in record:
+        lines += [""] + occupancy_lines(record["occupancy"])
     if "pareto" in record:
         front = sorted((p for p in record["pareto"]["points"] if p["on_front"]), key=lambda p: p["tpot_s"])
         lines += ["", f"Pareto front (TPOT), {len(front)} of {len(record['pareto']['points'])} points:"]
@@ -220,6 +242,19 @@ def format_text(record: dict[str, Any]) -> str:
                   f"{' EP' if p['layout']['ep'] else ''} b={p['batch']:<5} TPOT {p['tpot_s'] * 1e3:8.2f} ms  "
                   f"{p['tokens_per_s_per_gpu']:9,.0f} tok/s/GPU  {p['binding_limit']}" for p in front]
     return "\n".join(lines)
+
+
+def occupancy_lines(record: dict[str, Any]) -> list[str]:
+    """The ``occupancy`` record (:meth:`planner.cluster.occupancy.Occupancy.as_record`) as text."""
+    lines = [f"occupancy over time (one DP rank per pool, {record['requests']:,} requests, seed {record['seed']}):"]
+    for p in record["pools"]:
+        lines.append(f"  {p['role']}: peak {p['peak_blocks']:,} of {p['kv_blocks']:,} blocks ({p['peak_share']:.1%}), "
+                     f"mean {p['mean_blocks']:,.1f} ({p['mean_share']:.1%}), {p['preemptions']:,} preemptions, "
+                     f"batch {p['mean_batch_size']:,.1f}, TPOT {p['mean_tpot_s'] * 1e3:,.2f} ms "
+                     f"({p['rate_per_dp_rank']:,.3g} requests/s on one of {p['replicas']:,} × DP {p['dp']} ranks"
+                     + (f", KV {p['transfer_delay_s'] * 1e3:,.1f} ms after arrival)" if p["role"] == "decode" else ")"))
+    lines += [f"  {s['role']}: not simulated, {s['reason']}" for s in record["skipped"]]
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,6 +19,10 @@ copy of its KV cache (:func:`planner.cluster.transfer.decode_staging`).
 ``TPOT(n) ÷ (1 − u)`` on average. TTFT = PP × T_s + the queue's mean wait at ``u`` (with a TTFT
 target; no transfer).
 
+**TTFT percentiles.** Where the TTFT includes the queue (a TTFT target), its p90 and p99 add the
+same prefill (and transfer) to the wait's percentiles from Erlang's M/D/1 waiting-time
+distribution (:func:`planner.cluster.replica.md1_wait_quantile_s`) at the same utilisation.
+
 With ``r`` requests/s per replica, Little's law makes each DP rank decode ``n = k × TPOT(n)``
 sequences, ``k = r × output ÷ (DP × (1 − u))``; while ``n ≥ PP`` the roofline's lines give the
 fixed point ``n = k·A ÷ (1 − k·B)`` for ``k·B < 1`` and ``k·C ≤ 1`` (past either the replica is
@@ -43,13 +47,14 @@ from typing import Any, Literal
 from planner.cluster.parallel import ParallelLayout, Term
 from planner.cluster.replica import (
     TOLERANCE, ClusterSpec, Limit, Load, Replica, Role, TransferLeg, batch_cap, layout_record, max_utilisation,
-    md1_wait_s, role_replica, term_record, transfer_leg,
+    md1_wait_quantile_s, md1_wait_s, role_replica, term_record, transfer_leg,
 )
 from planner.cluster.transfer import StagingNeed, TransferTime, decode_staging
 from sizing.plan import GPUS_PER_NODE
 from units import format_number
 
 MAX_REPLICAS = 1 << 20  # past this the load is no deployment's; the search stops
+TTFT_QUANTILES = (0.9, 0.99)  # the TTFT percentiles a queueing plan reports
 
 # ---------------------------------------------------------------------------------------------
 # The pools
@@ -295,6 +300,10 @@ class Deployment:
     staging: StagingNeed | None = None  # per decode GPU
     prefill_staging: StagingNeed | None = None  # per prefill GPU
     output_tokens_per_s: float = 0.0
+    # TTFT p90 / p99, seconds: with a TTFT target (the queue modelled); None otherwise, or past
+    # the waits the M/D/1 series computes.
+    ttft_p90_s: float | None = None
+    ttft_p99_s: float | None = None
 
     @property
     def gpus(self) -> int | None:
@@ -311,6 +320,7 @@ class Deployment:
         return {
             "mode": self.mode, "feasible": self.feasible, "gpus": self.gpus,
             "ttft_s": self.ttft_s, "ttft_includes_queueing": self.ttft_includes_queueing,
+            "ttft_p90_s": self.ttft_p90_s, "ttft_p99_s": self.ttft_p99_s,
             "tpot_s": self.tpot_s, "concurrency": self.concurrency,
             "output_tokens_per_s": self.output_tokens_per_s, "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "binding_limit": self.binding_limit, "explanation": self.explanation,
@@ -353,8 +363,13 @@ def plan_disaggregated(spec: ClusterSpec, load: Load, *, prefill: ParallelLayout
                                     link_replicas=_link_replicas(load, decode.dp, leg.received_per_decode_rank, link))
     staging = decode_staging(spec.kv_buffer_device, _kv_cache_bytes(d_rep))
     prefill_staging = decode_staging(spec.kv_buffer_device, _kv_cache_bytes(p_rep))
+    queued = load.ttft_target_s is not None and sizing.replicas is not None
     queue = (f" + {_f(sizing.wait_s * 1e3)} ms mean wait (M/D/1 at ρ {_f(sizing.utilisation, 3)})"
-             if load.ttft_target_s is not None and sizing.replicas is not None else ", queueing-free")
+             if queued else ", queueing-free")
+    fixed = p_rep.prefill_latency_s + transfer_s
+    percentiles = (_ttft_percentiles(fixed, sizing.utilisation, p_rep.stage_prefill_s,
+                                     f"{_f(p_rep.prefill_latency_s * 1e3)} ms prefill + {_f(transfer_s * 1e3, 3)} ms "
+                                     "transfer") if queued else {})
     terms = [
         _t("KV per request per decode rank", leg.received_per_decode_rank, "bytes",
            f"{load.prompt_tokens:,} prompt tokens, prefill TP {prefill.tp} → decode TP {decode.tp}, whole blocks"),
@@ -375,8 +390,28 @@ def plan_disaggregated(spec: ClusterSpec, load: Load, *, prefill: ParallelLayout
                      f"{min(spec.gpus_per_node, decode.gpus)} GPUs × the per-GPU host copy"),
                   _t("host staging per prefill GPU", prefill_staging.host_bytes, "bytes",
                      "a host copy of the prefill GPU's KV cache (both ends register host buffers)")]
+    terms[3:3] = percentiles.pop("terms", [])  # after the mean TTFT
     return _deployment("disaggregated", (prefill_pool, decode_pool), load, fit, ttft, terms,
-                       transfer=leg.time, staging=staging, prefill_staging=prefill_staging)
+                       transfer=leg.time, staging=staging, prefill_staging=prefill_staging, **percentiles)
+
+
+def _ttft_percentiles(fixed_s: float, utilisation: float, service_s: float, fixed_words: str) -> dict[str, Any]:
+    """``ttft_p90_s``/``ttft_p99_s`` = ``fixed_s`` + the M/D/1 wait's percentile at ``utilisation``
+    (service ``service_s``), with their terms under ``"terms"``; a percentile past the series'
+    reach stays None and gets no term."""
+    out: dict[str, Any] = {"terms": []}
+    if not 0 <= utilisation < 1:
+        return out
+    for q in TTFT_QUANTILES:
+        wait = md1_wait_quantile_s(utilisation, service_s, q)
+        if wait is None:
+            continue
+        name = f"p{round(q * 100)}"
+        out[f"ttft_{name}_s"] = fixed_s + wait
+        out["terms"].append(_t(f"TTFT {name}", _ms(fixed_s + wait), "ms",
+                               f"{fixed_words} + {_f(wait * 1e3)} ms {name} wait (Erlang's M/D/1 waiting-time "
+                               f"distribution at ρ {_f(utilisation, 3)}, service {_f(service_s * 1e3)} ms)"))
+    return out
 
 
 def _kv_cache_bytes(rep: Replica) -> int:
@@ -431,7 +466,13 @@ def plan_aggregated(spec: ClusterSpec, load: Load, *, layout: ParallelLayout) ->
              if queued else ", queueing-free")
     terms = [_t("TTFT", _ms(ttft), "ms", f"PP {layout.pp} × {_f(rep.stage_prefill_s * 1e3)} ms prefill "
                                          f"({load.prompt_tokens:,} tokens){queue}, no transfer")]
-    return _deployment("aggregated", (pool,), load, fit, ttft, terms)
+    percentiles: dict[str, Any] = {}
+    if queued:
+        u = load.rate_per_s / pool.replicas * busy  # decode_fit's prefilling share
+        percentiles = _ttft_percentiles(rep.prefill_latency_s, u, rep.stage_prefill_s,
+                                        f"{_f(rep.prefill_latency_s * 1e3)} ms prefill")
+        terms += percentiles.pop("terms")
+    return _deployment("aggregated", (pool,), load, fit, ttft, terms, **percentiles)
 
 
 def _deployment(mode: Literal["disaggregated", "aggregated"], pools: tuple[Pool, ...], load: Load, fit: DecodeFit,

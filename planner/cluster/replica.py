@@ -21,7 +21,8 @@ a lower bound.)
 **Prefill queue.** Prompts arrive at random (Poisson) and each DP rank serves them one at a time
 in ``T_s``: an M/D/1 queue whose mean wait at utilisation ``ρ`` is ``ρ·T_s ÷ (2 (1 − ρ))``
 (Pollaczek–Khinchine with a fixed service time). With a TTFT target the wait must fit in the
-slack ``s = target − PP × T_s − transfer``, so ``ρ ≤ 2s ÷ (T_s + 2s)``.
+slack ``s = target − PP × T_s − transfer``, so ``ρ ≤ 2s ÷ (T_s + 2s)``. The wait's percentiles
+come from Erlang's M/D/1 waiting-time distribution (:func:`md1_wait_cdf`).
 
 **Transfer.** One prompt's KV from a prefill to a decode replica is
 :func:`planner.cluster.transfer.kv_transfer`'s, each PP stage shipping its own layers; its time is
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from decimal import Decimal, localcontext
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -129,6 +131,124 @@ def md1_wait_s(utilisation: float, service_s: float) -> float:
     if not 0 <= utilisation < 1:
         raise ValueError(f"utilisation must be in [0, 1), got {utilisation!r}")
     return utilisation * service_s / (2 * (1 - utilisation))
+
+
+# Waits past this many service times are not computed: the series' terms then need hundreds of
+# digits (and a queue that full misses any target anyway).
+MAX_WAIT_SERVICES = 1000
+_GUARD_DIGITS = 30  # digits kept beyond the largest term's, for the alternating series
+
+
+def _check_queue(utilisation: float, service_s: float) -> None:
+    if not (isinstance(utilisation, int | float) and 0 <= utilisation < 1):
+        raise ValueError(f"utilisation must be in [0, 1), got {utilisation!r}")
+    if not (isinstance(service_s, int | float) and math.isfinite(service_s) and service_s > 0):
+        raise ValueError(f"service_s must be a positive number of seconds, got {service_s!r}")
+
+
+def _md1_cdf(rho: float, tau: float) -> float:
+    """Erlang's series at ``τ = t ÷ D`` (see :func:`md1_wait_cdf`), in decimal arithmetic.
+
+    Written ``e^{ρτ} Σ_ν (ρ(ν − τ) e^{−ρ})^ν ÷ ν!``: its terms reach ``e^{2ρτ}`` in size and
+    alternate in sign while they cancel to at most 1, so the precision grows with ``ρτ``.
+    """
+    last = math.floor(tau)
+    with localcontext() as ctx:
+        ctx.prec = _GUARD_DIGITS + math.ceil(2 * rho * tau / math.log(10))
+        r, t = Decimal(rho), Decimal(tau)
+        shrink = (-r).exp()
+        total, factorial = Decimal(1), Decimal(1)  # the ν = 0 term is 1
+        for nu in range(1, last + 1):
+            factorial *= nu
+            total += (r * (nu - t) * shrink) ** nu / factorial
+        value = (1 - r) * (r * t).exp() * total
+    return min(1.0, max(0.0, float(value)))
+
+
+def md1_wait_cdf(utilisation: float, service_s: float, wait_s: float) -> float:
+    """P(W ≤ ``wait_s``) of an M/D/1 queue's wait (FCFS, service ``D`` = ``service_s``, ``ρ`` < 1).
+
+    Erlang's waiting-time distribution, with ``τ = t ÷ D``::
+
+        P(W ≤ t) = (1 − ρ) Σ_{ν=0}^{⌊τ⌋} (ρ(ν − τ))^ν ÷ ν! × e^{−ρ(ν − τ)}
+
+    A. K. Erlang, "The theory of probabilities and telephone conversations", Nyt Tidsskrift for
+    Matematik B 20 (1909) 33–39; the c = 1 case of G. J. Franx, "A simple solution for the M/D/c
+    waiting time distribution", Operations Research Letters 29 (2001) 221–229. On ``[0, D)`` it is
+    ``(1 − ρ) e^{λt}``; ``P(W = 0) = 1 − ρ``; its mean is Pollaczek–Khinchine's ``ρD ÷ 2(1 − ρ)``.
+    """
+    _check_queue(utilisation, service_s)
+    if not (isinstance(wait_s, int | float) and wait_s >= 0):
+        raise ValueError(f"wait_s must be a number of seconds >= 0, got {wait_s!r}")
+    tau = wait_s / service_s
+    if tau > MAX_WAIT_SERVICES:
+        raise ValueError(f"waits past {MAX_WAIT_SERVICES:,} service times are not computed")
+    return _md1_cdf(float(utilisation), tau)
+
+
+def _decay_rate(rho: float) -> float:
+    """θ (per service time) with ρ (e^θ − 1) = θ: Kingman's bound P(W > τD) ≤ e^{−θτ} for an M/D/1
+    queue (J. F. C. Kingman, "A martingale inequality in the theory of queues", Proc. Cambridge
+    Philos. Soc. 60 (1964) 359–361), used only to bracket a percentile."""
+    def excess(theta: float) -> float:
+        return rho * math.expm1(theta) - theta
+
+    low, high = 0.0, 1.0
+    while excess(high) <= 0:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if excess(middle) <= 0 else (low, middle)
+    return low
+
+
+def md1_wait_quantile_s(utilisation: float, service_s: float, quantile: float) -> float | None:
+    """The ``quantile`` (0–1) of an M/D/1 queue's wait, seconds (:func:`md1_wait_cdf` inverted);
+    0 when ``quantile ≤ 1 − ρ`` (that share never waits); None past ``MAX_WAIT_SERVICES``
+    service times."""
+    _check_queue(utilisation, service_s)
+    if not (isinstance(quantile, int | float) and 0 < quantile < 1):
+        raise ValueError(f"quantile must be in (0, 1), got {quantile!r}")
+    rho = float(utilisation)
+    if quantile <= 1 - rho:
+        return 0.0
+    high = min(float(MAX_WAIT_SERVICES), math.log(1 / (1 - quantile)) / _decay_rate(rho))
+    if _md1_cdf(rho, high) < quantile:
+        return None
+    # The whole service times first (the series has ⌊τ⌋ + 1 terms), then the last one halved.
+    whole_low, whole_high = 0, math.ceil(high)
+    while whole_high - whole_low > 1:
+        middle = (whole_low + whole_high) // 2
+        whole_low, whole_high = (middle, whole_high) if _md1_cdf(rho, middle) < quantile else (whole_low, middle)
+    return _illinois(lambda tau: _md1_cdf(rho, tau) - quantile, float(whole_low), min(float(whole_high), high)) * service_s
+
+
+def _illinois(f, low: float, high: float) -> float:
+    """The root of increasing ``f`` in ``[low, high]`` (``f(low) < 0 ≤ f(high)``): regula falsi
+    with the Illinois halving, which converges superlinearly on a smooth piece like one service
+    time of Erlang's series; returns the upper end of the last bracket."""
+    f_low, f_high = f(low), f(high)
+    side = 0
+    for _ in range(100):
+        if high - low <= 1e-12 * max(1.0, high) or f_high == 0:
+            break
+        x = high - f_high * (high - low) / (f_high - f_low)
+        if not low < x < high:
+            x = (low + high) / 2
+        fx = f(x)
+        if fx < 0:
+            low, f_low = x, fx
+            if side == -1:
+                f_high /= 2
+            side = -1
+        else:
+            high, f_high = x, fx
+            if side == 1:
+                f_low /= 2
+            side = 1
+    return high
 
 
 def max_utilisation(slack_s: float, service_s: float) -> float:
@@ -306,6 +426,7 @@ def _f(value: float, digits: int = 2) -> str:
     return format_number(value, digits)
 
 
-__all__ = ["MAX_RATE", "MAX_TARGET_S", "TOLERANCE", "ClusterSpec", "Limit", "Load", "Replica", "Role", "accepts_tp", "fitting_layout",
-           "TransferLeg", "batch_cap", "layout_record", "max_utilisation", "md1_wait_s", "replica", "role_replica",
-           "term_record", "tpot_batch_cap", "transfer_leg"]
+__all__ = ["MAX_RATE", "MAX_TARGET_S", "MAX_WAIT_SERVICES", "TOLERANCE", "ClusterSpec", "Limit", "Load", "Replica", "Role",
+           "accepts_tp", "fitting_layout", "TransferLeg", "batch_cap", "layout_record", "max_utilisation", "md1_wait_cdf",
+           "md1_wait_quantile_s", "md1_wait_s", "replica", "role_replica", "term_record", "tpot_batch_cap",
+           "transfer_leg"]
