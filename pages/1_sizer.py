@@ -22,10 +22,10 @@ from sizing.presets import DEFAULT_PRESET
 from sizing.report import SizingReport, SizingRequest, size_deployment
 from sizing.weights import AUTO
 from sizing.answer import EngineSettings
-from ui.answer_view import cached_answer, render_answer
+from ui.answer_view import cached_answer, render_answer, render_answer_strip
 from ui.engine_view import ENGINE_FIELDS, engine_controls, engine_settings, render_engine
 from ui.handoff import publish, with_engine
-from ui.layout import stacking
+from ui.layout import stacking, sticky
 from ui.model_picker import MODEL_FIELDS, model_controls, model_name, show_error
 from ui.router import run_through_router
 from ui.sizer_view import CHART_TABS, render_links, render_report
@@ -160,6 +160,8 @@ state = PageState("sizer", FIELDS)
 state.seed()
 for notice in state.notices:
     st.info(notice, icon=":material/link_off:")
+# Where the columns stack, the answer block lies below every control: this line stays in view.
+strip = sticky("answer")
 controls, results = stacking("sizer").columns([1, 2.3], gap="large")  # stacked below 1,100 px
 
 with controls:
@@ -196,6 +198,7 @@ if request is not None:
     st.session_state[LAST_VALID] = request
     publish(handoff)
 
+render_answer_strip(answer, strip, stale=request is None)
 with results:
     copy_link(results)  # the page has no sidebar: the link sits above the answer
     if request is None:

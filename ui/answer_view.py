@@ -2,9 +2,10 @@
 deploy, whether the users fit, the rule followed and the commands that launch it.
 
 Both pages call :func:`render_answer` on the same object, so they show the same figures; the
-metric labels are the ones the browser and page tests read. The answer's time per output token
-(:func:`planner.plan.answer_timing`, the planner's step model) is joined to it here, above the
-sizer, which cannot import the planner.
+metric labels are the ones the browser and page tests read. :func:`render_answer_strip` repeats
+the headline of the same object in one line, for the top of a page whose answer block is below
+its controls. The answer's time per output token (:func:`planner.plan.answer_timing`, the
+planner's step model) is joined to it here, above the sizer, which cannot import the planner.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from planner.plan import answer_timing
 from sizing.answer import Answer, EngineSettings, answer_for
@@ -54,13 +56,33 @@ def engine_settings_controls(key: Callable[[str], str], value: Callable[[str], A
                           cuda_graphs_profiled=not value("vllm_before_021"))
 
 
+def gpus_text(answer: Answer) -> str:
+    """``20 × H100 SXM`` (``none`` when nothing holds one request): the answer's GPUs, as both
+    the block and the strip show them."""
+    return "none" if answer.gpus is None else f"{answer.gpus:,} × {answer.gpu_name}"
+
+
+def render_answer_strip(answer: Answer, parent: DeltaGenerator, *, stale: bool = False) -> None:
+    """The answer in one line inside ``parent`` (a :func:`ui.layout.sticky` container): the GPUs
+    (the only bold text), the layout and whether the users fit. ``stale``: the figures are the last
+    valid ones, an input being refused."""
+    lead = (":material/history: Last valid answer: " if stale
+            else ":material/task_alt: " if answer.fits else ":material/error: ")
+    if answer.fits:
+        verdict = (f":green[{answer.users:,} user{'s' if answer.users != 1 else ''} fit], "
+                   f"{answer.load_per_replica:,} of {answer.requests_per_replica:,} requests per replica")
+        parent.markdown(f"{lead}**{gpus_text(answer)}** · {answer.layout} · {verdict}")
+    else:
+        parent.markdown(f"{lead}**{gpus_text(answer)}** · :red[{answer.summary}]")
+
+
 def render_answer(answer: Answer, *, key: str) -> None:
     """The answer block; ``key`` keeps the widgets of two pages apart."""
     st.subheader(":material/task_alt: The answer: what to deploy")
     if not answer.fits:
         st.error(answer.summary + ".", icon=":material/error:")
     a1 = a2 = a3 = metric_row()
-    a1.metric(ANSWER_GPUS, "none" if answer.gpus is None else f"{answer.gpus:,} × {answer.gpu_name}",
+    a1.metric(ANSWER_GPUS, gpus_text(answer),
               help="Whole replicas: each holds its own copy of the weights and its own runtime memory.")
     a2.metric(ANSWER_LAYOUT, answer.layout, help=f"{answer.nodes or 0} node(s) of {answer.gpus_per_node} GPUs")
     a3.metric(ANSWER_REQUESTS, f"{answer.load_per_replica:,} of {answer.requests_per_replica:,}",

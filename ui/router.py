@@ -6,6 +6,8 @@ calls ``st.navigation`` it assumes so, and a first request for ``/sizer`` then r
 ``pages/1_sizer.py`` on its own (no page config, every module in pages/ listed as a page).
 The pages stay in ``pages/`` (so each one is also a runnable script), so each page calls
 :func:`run_through_router` first: it clears that flag and reruns, so app.py's router runs.
+Until then that legacy run would draw a sidebar of file names ("app", "sizer", …);
+``client.showSidebarNavigation = false`` in ``.streamlit/config.toml`` keeps it from drawing any.
 
 Streamlit serves the default page at ``/`` only, so the sizer's own name needs an alias page
 (:func:`alias_page`), and for an unknown path it runs the default page with a dismissable dialog

@@ -570,3 +570,36 @@ def test_counts_and_shares_read_in_the_pages_one_format():
     # in the percent style of the tables and metrics ("90 %", not "90%").
     assert "On the 1,024 × H100 SXM deployed" in [h.value for h in at.subheader]
     assert any("Whole TP replicas by the reference formula: 90 % of the vendor's GB" in c.value for c in at.caption)
+
+
+def strip_lines(at) -> list[str]:
+    """The markdown of the answer strip (the ``sticky-answer`` container above the columns)."""
+    blocks = [c for c in at.main.children.values() if str(getattr(c.proto, "id", "")).endswith("-sticky-answer")]
+    assert len(blocks) == 1, "no answer strip above the columns"
+    return [m.value for m in blocks[0].markdown]
+
+
+def test_the_answer_strip_repeats_the_answer_and_follows_the_controls():
+    at = run_page()
+    # A TP-4 replica of the 70B holds 21 requests of 32,768 tokens: ⌈100 / 21⌉ = 5 replicas × 4
+    # = 20 GPUs, ⌈100 / 5⌉ = 20 users each.
+    assert metric(at, "GPUs to deploy") == "20 × H100 SXM"
+    assert strip_lines(at) == [":material/task_alt: **20 × H100 SXM** · TP 4 × 5 replicas · "
+                               ":green[100 users fit], 20 of 21 requests per replica"]
+    at.number_input(key=key("users")).set_value(50).run()
+    # ⌈50 / 21⌉ = 3 replicas × 4 = 12 GPUs, ⌈50 / 3⌉ = 17 users each.
+    assert metric(at, "GPUs to deploy") == "12 × H100 SXM"
+    assert strip_lines(at) == [":material/task_alt: **12 × H100 SXM** · TP 4 × 3 replicas · "
+                               ":green[50 users fit], 17 of 21 requests per replica"]
+    # A refused input: the strip, like the block, keeps the last valid answer and says so.
+    at.number_input(key=key("users")).set_value(0).run()
+    assert strip_lines(at)[0].startswith(":material/history: Last valid answer: **12 × H100 SXM** · ")
+
+
+def test_the_answer_strip_says_when_nothing_fits():
+    # 405B in BF16 on L4s at 0.3 utilization: no layout up to TP 8 × PP 16 holds one request.
+    at = run_page({"model": "llama-3.1-405b", "w": "bf16", "gpu": "l4", "ctx": "131072", "users": "1",
+                   "gmu": "0.3"})
+    assert metric(at, "GPUs to deploy") == "none"
+    assert strip_lines(at) == [":material/error: **none** · :red[No deployment on L4 up to TP 8 × PP 16 holds "
+                               "one request of 131,072 tokens]"]

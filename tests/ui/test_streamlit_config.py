@@ -1,5 +1,6 @@
 """`.streamlit/config.toml`: the upload limit is the pages' largest cap, usage statistics are off,
-and both themes pass WCAG 2.1 AA contrast for every text/background pair Streamlit draws.
+the legacy pages/ sidebar navigation is hidden, and both themes pass WCAG 2.1 AA contrast for
+every text/background pair Streamlit draws.
 
 Contrast follows WCAG 2.1 §1.4.3 / §1.4.11: relative luminance of sRGB colours
 (https://www.w3.org/TR/WCAG21/#dfn-relative-luminance), ratio (L1 + 0.05) / (L2 + 0.05);
@@ -102,3 +103,10 @@ def test_upload_limit_is_the_largest_page_cap_and_statistics_are_off():
     # Streamlit's server counts maxUploadSize in MiB (size × 1024 × 1024).
     assert CONFIG["server"]["maxUploadSize"] == math.ceil(max(caps.values()) / 2**20)
     assert CONFIG["browser"]["gatherUsageStats"] is False
+
+
+def test_legacy_pages_navigation_is_hidden():
+    # A fresh server's first run of a deep link is a legacy pages/ run (ui/router.py): with this
+    # option its navigation is drawn hidden instead of as a sidebar of file names.
+    # tests/browser/test_cold_link_browser.py watches a cold /kernels for that sidebar.
+    assert CONFIG["client"]["showSidebarNavigation"] is False
