@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from glossary import allocator_label
 from simulation.block_table import BlockTableDemo
 from simulation.explorer import PrefixView
 from simulation.paper_figure2 import CATEGORIES, Figure2Reproduction
@@ -185,10 +186,20 @@ def sharing_figure(table: pd.DataFrame, block_size: int) -> go.Figure:
 
 
 # ---- tables and captions -------------------------------------------------------------------------
+def scheme_label(name: str, *, short: bool = False) -> str:
+    """The glossary's name for a snapshot comparison row: ``"contiguous max"`` → ``"Contiguous,
+    reserve the maximum (Orca-Max)"``, ``"paged (B=16)"`` → ``"Paged (vLLM blocks)"`` (``short``:
+    the legend names, ``"Orca-Max"``, ``"Paged"``); any other name as it is."""
+    kind, _, rest = name.partition(" ")
+    if kind == "contiguous":
+        return allocator_label(rest, short=short)
+    return allocator_label("paged", short=short) if kind == "paged" else name
+
+
 def policy_table(rows: tuple[PolicyRow, ...]) -> pd.DataFrame:
     """One row per scheme of the snapshot's policy comparison."""
     return pd.DataFrame([{
-        "scheme": r.name, "requests that fit": r.summary.fit, "utilisation": r.summary.utilisation,
+        "scheme": scheme_label(r.name), "requests that fit": r.summary.fit, "utilisation": r.summary.utilisation,
         "empty slots per request": r.summary.waste_tokens_mean,
         **{LABELS[k]: v for k, v in asdict(r.summary.breakdown.fractions()).items()},
         "token share of used memory": r.summary.breakdown.token_share_of_used,
@@ -196,9 +207,9 @@ def policy_table(rows: tuple[PolicyRow, ...]) -> pd.DataFrame:
 
 
 def allocator_table(runs: list[tuple[str, TimelineResult]]) -> pd.DataFrame:
-    """One row per allocator of the over-time comparison."""
+    """One row per allocator (``name``: its option value) of the over-time comparison."""
     return pd.DataFrame([{
-        "allocator": name, "completed": r.completed, "mean batch": r.mean_batch_size,
+        "allocator": allocator_label(name), "completed": r.completed, "mean batch": r.mean_batch_size,
         "token share of used memory": r.breakdown.token_share_of_used,
         "preemptions": r.preemptions, "mean wait (s)": r.mean_wait_s} for name, r in runs])
 
@@ -223,9 +234,10 @@ def event_log(demo: BlockTableDemo, last: int = 12) -> pd.DataFrame:
     return pd.DataFrame([asdict(e) for e in demo.events[-last:]])
 
 
-POLICY_WORDS = {"max": "Max reserves the whole context for every request",
-                "pow2": "Pow2 reserves up to twice each request's output",
-                "oracle": "Oracle reserves exactly each request's final length"}
+POLICY_WORDS = {policy: f"{allocator_label(policy, short=True)} {words}" for policy, words in (
+    ("max", "reserves the whole context for every request"),
+    ("pow2", "reserves up to twice each request's output"),
+    ("oracle", "reserves exactly each request's final length"))}
 
 
 def why_paging_wins(result: SnapshotResult) -> str:
@@ -289,7 +301,8 @@ PAPER_COLOURS = ("#1f77b4", "#f0a202", "#d62728", "#9467bd")
 def figure2_figure(reproduction: Figure2Reproduction) -> go.Figure:
     """Simulated time averages beside the published bars, per system, in the paper's categories."""
     fig = go.Figure()
-    names = [f"{row.system}: {kind}" for row in reproduction.rows for kind in ("published", "simulated")]
+    names = [f"{allocator_label(row.allocation.value, short=True)}: {kind}" for row in reproduction.rows
+             for kind in ("published", "simulated")]
     for index, (category, colour) in enumerate(zip(CATEGORIES, PAPER_COLOURS)):
         values = []
         for row in reproduction.rows:
@@ -304,19 +317,37 @@ def figure2_figure(reproduction: Figure2Reproduction) -> go.Figure:
 
 
 def figure2_table(reproduction: Figure2Reproduction) -> pd.DataFrame:
-    return pd.DataFrame([{"system": row.system, **{f"{c} (sim.)": s for c, s in zip(CATEGORIES, row.simulated)},
+    return pd.DataFrame([{"system": allocator_label(row.allocation.value),
+                          **{f"{c} (sim.)": s for c, s in zip(CATEGORIES, row.simulated)},
                           **{f"{c} (paper)": p for c, p in zip(CATEGORIES, row.published)}}
                          for row in reproduction.rows])
 
 
+# One look per budget of the prefix sweep: where the budgets' hit rates are equal (a budget large
+# enough that nothing is evicted) the lines lie on each other, and only the dash and the open,
+# larger marker of the one below still show it.
+SWEEP_LINES = (dict(dash="solid", width=2), dict(dash="dash", width=3), dict(dash="dot", width=3))
+SWEEP_MARKERS = (dict(symbol="circle", size=7), dict(symbol="diamond-open", size=13, line=dict(width=2)),
+                 dict(symbol="square-open", size=17, line=dict(width=2)))
+COINCIDE_NOTE = "The lines coincide: each budget gives the same hit rate."
+
+
 def prefix_sweep_figure(view: PrefixView) -> go.Figure:
-    """Hit rate against block size at each budget of the sweep."""
+    """Hit rate against block size at each budget of the sweep; lines that coincide are drawn
+    apart (dash and marker) and said to coincide."""
     fig = go.Figure()
-    for tokens, rates in zip(view.sweep_budgets, view.sweep_hit_rate):
-        fig.add_scatter(x=view.sweep_blocks, y=100 * rates, mode="lines+markers", name=f"{tokens:,} slots")
+    for index, (tokens, rates) in enumerate(zip(view.sweep_budgets, view.sweep_hit_rate)):
+        look = index % len(SWEEP_LINES)
+        fig.add_scatter(x=view.sweep_blocks, y=100 * rates, mode="lines+markers", name=f"{tokens:,} slots",
+                        line=SWEEP_LINES[look], marker=SWEEP_MARKERS[look])
+    rates = np.asarray(view.sweep_hit_rate, dtype=float)
+    coincide = len(rates) > 1 and np.allclose(rates, rates[0], rtol=0, atol=1e-9)
+    title = dict(text="Hit rate against block size and KV budget")
+    if coincide:  # said under the title, where it cannot sit on a line or the legend
+        title["subtitle"] = dict(text=COINCIDE_NOTE)
     fig.update_xaxes(type="log", title_text="block size (tokens)", tickvals=block_ticks(view.sweep_blocks))
     fig.update_yaxes(title_text="prompt tokens from the cache (%)", rangemode="tozero")
-    fig.update_layout(height=340, margin=dict(t=40, b=10), title="Hit rate against block size and KV budget",
+    fig.update_layout(height=340 + 20 * coincide, margin=dict(t=40 + 30 * coincide, b=10), title=title,
                       legend=LEGEND_BELOW)
     return fig
 

@@ -54,6 +54,30 @@ TABS = tab_field("tab", "tab", {
     "sharing": ":material/share: Sharing", "blocks": ":material/table_chart: Block table"})
 
 
+# Which sidebar controls each tab reads; the others are drawn disabled there (their values kept
+# for the tabs that read them) and the sidebar says why. The prefix-caching tab draws its own
+# conversations and runs paged; the paper's figure 2 has the paper's own setting; sharing and the
+# block table have their own prompts (and the block table its own block size), the block table
+# reading only the bytes per token, for its byte addresses.
+SIDEBAR_GROUPS = frozenset({"workload", "seed", "budget", "bytes", "context", "block", "space"})
+SIDEBAR_USE: dict[str, frozenset[str]] = {
+    "snapshot": SIDEBAR_GROUPS, "timeline": SIDEBAR_GROUPS,
+    "prefix": frozenset({"seed", "budget", "bytes", "context", "block"}),
+    "paper": frozenset(),
+    "sharing": frozenset({"seed", "block"}),
+    "blocks": frozenset({"seed", "bytes"}),
+}
+SIDEBAR_NOTES = {
+    "prefix": "Prefix caching draws its own conversations (the tab's settings) and runs paged: the request "
+              "lengths and the contiguous allocator do not apply here.",
+    "paper": "The paper's figure 2 keeps the paper's own setting (OPT-13B, 12 GiB of KV, 2,048 tokens): "
+             "none of the sidebar's controls apply here.",
+    "sharing": "Sharing has its own prompts and samples: only the block size and the seed apply here.",
+    "blocks": "The block table has its own block size and sequences: only the seed and the KV bytes per "
+              "token (for its byte addresses) apply here.",
+}
+
+
 def _tokens(field: str, high: int, low: int = 1) -> Bound:
     return Bound(field=field, low=low, high=high, integer=True, unit="tokens")
 
@@ -177,77 +201,93 @@ def _number(state: PageState, label: str, name: str, bound: Bound, **kwargs):
     return st.number_input(label, kind(bound.low), kind(bound.high), key=state.key(name), **kwargs)
 
 
-def _range_slider(state: PageState, label: str, key: str, low: str, high: str) -> tuple[int, int]:
+def _range_slider(state: PageState, label: str, key: str, low: str, high: str,
+                  disabled: bool = False) -> tuple[int, int]:
     """A two-ended slider whose ends are the URL fields ``low`` and ``high``."""
     if state.key(key) not in st.session_state:
         st.session_state[state.key(key)] = (state.value(low), state.value(high))
-    chosen = st.slider(label, 1, MAX_LENGTH, key=state.key(key))
+    chosen = st.slider(label, 1, MAX_LENGTH, key=state.key(key), disabled=disabled)
     st.session_state[state.key(low)], st.session_state[state.key(high)] = chosen
     return chosen
 
 
-def _workload_controls(state: PageState) -> tuple[str, WorkloadSettings, bytes | None, str | None]:
-    source = st.selectbox("Request lengths", sources(), key=state.key("source"), format_func=identify_reference)
+def _workload_controls(state: PageState, use: frozenset[str]) -> tuple[str, WorkloadSettings, bytes | None, str | None]:
+    off = "workload" not in use
+    source = st.selectbox("Request lengths", sources(), key=state.key("source"), format_func=identify_reference,
+                          disabled=off)
     kind = SYNTHETIC.get(source) or ("preset" if source.startswith("Preset: ")
                                      else "trace" if source.startswith("Trace: ") else "upload")
     chosen: dict = {"kind": kind, "name": source.partition(": ")[2] if kind in ("preset", "trace") else ""}
     upload = error = None
     if kind == "lognormal":
-        chosen["mean"] = float(st.slider("Mean tokens per request", MEAN.low, MEAN.high, step=16, key=state.key("mean")))
-        chosen["sigma"] = st.slider("Spread (log-normal sigma)", 0.0, 2.0, step=0.05, key=state.key("sigma"))
+        chosen["mean"] = float(st.slider("Mean tokens per request", MEAN.low, MEAN.high, step=16, key=state.key("mean"),
+                                         disabled=off))
+        chosen["sigma"] = st.slider("Spread (log-normal sigma)", 0.0, 2.0, step=0.05, key=state.key("sigma"),
+                                    disabled=off)
     elif kind == "lognormal-quantiles":
         chosen["low"], chosen["high"] = _range_slider(state, "Median and P90 tokens per request", "quantiles",
-                                                      "median", "p90")
+                                                      "median", "p90", off)
     elif kind == "uniform":
-        chosen["low"], chosen["high"] = _range_slider(state, "Tokens per request (range)", "range", "low", "high")
+        chosen["low"], chosen["high"] = _range_slider(state, "Tokens per request (range)", "range", "low", "high", off)
     elif kind == "fixed":
-        chosen["length"] = st.slider("Tokens per request", 1, MAX_LENGTH, key=state.key("length"))
+        chosen["length"] = st.slider("Tokens per request", 1, MAX_LENGTH, key=state.key("length"), disabled=off)
     elif kind == "preset":
         chosen_preset = preset(chosen["name"])
         st.caption(identify_reference(f"{chosen_preset.source}; {chosen_preset.assumption}."))
     elif kind == "upload":
         file = st.file_uploader(f"Trace CSV (prompt and output token columns, optional arrival "
                                 f"times; at most {DEFAULT_MAX_ROWS:,} rows)", type=None, key=state.key("upload"),
-                                max_upload_size=DEFAULT_MAX_BYTES // 2**20)
+                                max_upload_size=DEFAULT_MAX_BYTES // 2**20, disabled=off)
         try:  # the uploader's bytes only, capped: an upload is never a path
             upload = upload_bytes(file.getvalue(), DEFAULT_MAX_BYTES, field="trace") if file else None
         except InputError as err:
             error = err.message
     if kind in SYNTHETIC.values():
         chosen["prompt_share"] = st.slider("Prompt share of each request", 0.05, 0.95, step=0.05,
-                                           key=state.key("prompt_share"),
+                                           key=state.key("prompt_share"), disabled=off,
                                            help="An assumption: synthetic lengths are totals.")
     chosen["n"] = int(_number(state, "Requests to draw", "n", REQUESTS, step=1000,
-                              disabled=kind in ("trace", "upload")))
-    chosen["seed"] = int(_number(state, "Seed", "seed", SEED))
+                              disabled=off or kind in ("trace", "upload")))
+    chosen["seed"] = int(_number(state, "Seed", "seed", SEED, disabled="seed" not in use))
     return source, WorkloadSettings(**chosen), upload, error
 
 
-def _budget_controls(state: PageState) -> KvBudget:
+def _budget_controls(state: PageState, use: frozenset[str]) -> KvBudget:
     handoff = latest()
     modes = (("sizer",) if handoff else ()) + ("gib", "tokens")
-    mode = st.radio("Budget", modes, format_func=BUDGET_MODES.get, key=state.key("budget_mode"))
+    off = "budget" not in use
+    mode = st.radio("Budget", modes, format_func=BUDGET_MODES.get, key=state.key("budget_mode"),
+                    disabled=off and "bytes" not in use)
     if mode == "sizer":
         st.info(f":material/input: From the sizer: {handoff.summary}")
         return KvBudget.from_bytes(total_bytes=handoff.kv_budget_bytes, per_token_bytes=handoff.per_token_bytes)
     if mode == "gib":
-        gib = _number(state, "KV budget (GiB)", "gib", GIB, format="%.3f")
-        per_token = int(_number(state, "KV bytes per token (all layers)", "ptb", PER_TOKEN))
+        gib = _number(state, "KV budget (GiB)", "gib", GIB, format="%.3f", disabled=off)
+        per_token = int(_number(state, "KV bytes per token (all layers)", "ptb", PER_TOKEN,
+                                disabled="bytes" not in use))
         return budget_from_gib(gib, per_token)
-    return KvBudget(tokens=int(_number(state, "KV budget (tokens)", "tokens", TOKENS)))
+    return KvBudget(tokens=int(_number(state, "KV budget (tokens)", "tokens", TOKENS, disabled=off)))
 
 
 def sidebar(state: PageState) -> Sidebar:
-    """Draw the sidebar and return its choices."""
+    """Draw the sidebar and return its choices; the controls the open tab does not read are
+    disabled (:data:`SIDEBAR_USE`)."""
+    tab = TABS.format(state.value(TABS.key))
+    use = SIDEBAR_USE[tab]
     with st.sidebar:
+        if tab in SIDEBAR_NOTES:
+            st.caption(f":material/info: {SIDEBAR_NOTES[tab]}")
         st.header(":material/dataset: Workload")
-        source, workload, upload, error = _workload_controls(state)
+        source, workload, upload, error = _workload_controls(state, use)
         st.header(":material/memory: KV budget")
-        budget = _budget_controls(state)
-        max_context = st.select_slider("Maximum context (tokens)", CONTEXTS, key=state.key("context"))
-        block_size = st.select_slider("Block size (tokens)", BLOCK_SIZES, key=state.key("block"))
+        budget = _budget_controls(state, use)
+        max_context = st.select_slider("Maximum context (tokens)", CONTEXTS, key=state.key("context"),
+                                       disabled="context" not in use)
+        block_size = st.select_slider("Block size (tokens)", BLOCK_SIZES, key=state.key("block"),
+                                      disabled="block" not in use)
         address_space = st.radio("Contiguous allocator", [a.value for a in AddressSpace], key=state.key("space"),
                                  horizontal=True, format_func={"buddy": "Buddy", "first-fit": "First fit"}.get,
+                                 disabled="space" not in use,
                                  help="Buddy (the PagedAttention paper's Orca baselines) rounds each "
                                       "reservation up to a power of two; first fit does not.")
     return Sidebar(source=source, workload=workload, upload=upload, upload_error=error, budget=budget,

@@ -1,6 +1,14 @@
-"""The fragmentation explorer's tabs beyond the snapshot and the over-time run: prefix caching,
-the paper's figure 2, sharing and the block table. Each tab is a Streamlit fragment, so a widget
-inside it reruns that tab only; each calls one cached library function."""
+"""The fragmentation explorer's tabs beyond the snapshot: the over-time run, prefix caching, the
+paper's figure 2, sharing and the block table.
+
+The quick tabs are Streamlit fragments, so a widget inside one reruns that tab only, and each
+calls one cached library function. The runs that take seconds (over time, the four allocators
+compared, prefix caching) go through :class:`ui.run_feedback.RunFeedback`: progress at the top
+of the tab, the old figures marked stale meanwhile, one run at a time across sessions. The
+over-time tab has a Cancel button, and is therefore not a fragment: a click inside a fragment
+would wait for the running script instead of interrupting it. ``prefix_view`` reports no
+progress, so the prefix tab shows its run without a bar or a Cancel button.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +16,23 @@ from dataclasses import replace
 
 import streamlit as st
 
-from planner.step_time import paper_step_cost
-from simulation.explorer import (BlockTableSettings, SharingSettings, block_table_view, check_prefix_view, cpu_tier,
-                                 prefix_view, sharing_view, token_address)
+from glossary import allocator_label
+from hardware.gpus import get_gpu
+from planner.step_time import paper_step_cost, shape_step_cost
+from simulation.explorer import (BlockTableSettings, SharingSettings, allocator_configs, block_table_view,
+                                 check_prefix_view, cpu_tier, prefix_view, prefix_view_runs, sharing_view,
+                                 timeline_view, token_address)
 from simulation.paper_figure2 import NOTE_THRESHOLD_PP, Figure2Reproduction, reproduce_figure2
-from simulation.prefix_workloads import PrefixScenario
-from simulation.timeline import TimelineConfig
+from simulation.step_cost import StepCost
+from simulation.timeline import Allocation, TimelineConfig
+from simulation.workloads import Workload
+from sizing.presets import get_preset
 from ui import fragmentation_charts as charts
-from ui.fragmentation_controls import Sidebar, block_table_settings, clamp_to, prefix_controls, sharing_settings
+from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, Sidebar, block_table_settings, clamp_to,
+                                       prefix_controls, sharing_settings, step_gpus, step_models)
 from ui.layout import chart, metric_row
-from ui.tables import percent_text, readable, show
+from ui.run_feedback import Progress, RunFeedback
+from ui.tables import counted, percent_text, readable, show
 from ui.url_state import PageState
 
 
@@ -26,9 +41,9 @@ def cached_figure2() -> Figure2Reproduction:
     return reproduce_figure2(step_cost=paper_step_cost())
 
 
-@st.cache_data(show_spinner=False, max_entries=16)
-def cached_prefix(scenario: PrefixScenario, config: TimelineConfig, seed: int):
-    return prefix_view(scenario, config, seed, deadline_field="Requests")
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_step_cost(model_id: str, gpu_id: str) -> StepCost:
+    return shape_step_cost(get_preset(model_id).shape, gpu_id=gpu_id)
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -38,21 +53,22 @@ def cached_sharing(settings: SharingSettings, block_size: int, seed: int):
 
 @st.fragment
 def figure2_section() -> None:
-    reproduction = cached_figure2()
+    reproduction = cached_figure2()  # 0.2-0.5 s, once per server: no run feedback needed
     st.caption("The setting of the paper's §6.2: OPT-13B on one A100-40GB, 12 GiB of KV "
                f"({reproduction.budget.tokens:,} token slots), maximum length 2,048, ShareGPT-like lengths "
                f"(means 161 in, 338 out), {reproduction.requests:,} requests arriving faster than any system "
                f"serves them. Step times: {reproduction.step_cost_label}.")
     chart(charts.figure2_figure(reproduction), key="frag.chart.figure2", file_name="paper_figure2")
     show(readable(charts.figure2_table(reproduction)), key="frag.figure2_table", file_name="paper_figure2.csv")
-    notes = [note for row in reproduction.rows for note in row.notes]
+    notes = [f"**{allocator_label(row.allocation.value)}** — " + " ".join(row.notes)
+             for row in reproduction.rows if row.notes]
     st.caption(f"Categories off by more than {NOTE_THRESHOLD_PP:g} points, and why: "
-               + (" ".join(f"**{row.system}** — " + " ".join(row.notes) for row in reproduction.rows if row.notes)
-                  if notes else "none."))
+               + (" ".join(notes) if notes else "none."))
 
 
 @st.fragment
 def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, seed: int) -> None:
+    feedback = RunFeedback("prefix")
     controls = prefix_controls(state)
     tier = None
     if controls.cpu_gib > 0:
@@ -64,10 +80,21 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
         config = replace(engine, cpu_tier=tier, prefix_caching=True, allocation="paged")
         check_prefix_view(controls.scenario, config, requests="Requests", turns="Turns per conversation",
                           block_size="Block size (tokens)")
-        view = cached_prefix(controls.scenario, config, seed)
+        run = feedback.run(("prefix", controls.scenario, config, seed),
+                           f"simulating prefix caching ({prefix_view_runs(config)} runs)",
+                           lambda _: prefix_view(controls.scenario, config, seed, deadline_field="Requests"),
+                           reports_progress=False)
     except ValueError as err:
         st.error(f":material/error: {str(err).splitlines()[0]}")
         return
+    if run.value is None:
+        return
+    with feedback.results():
+        prefix_figures(run.value, controls, chosen)
+    state.sync()
+
+
+def prefix_figures(view, controls, chosen: Sidebar) -> None:
     prefix, result = view.result.prefix, view.result
     row = metric_row()
     row.metric("Prompt tokens from the cache", percent_text(prefix.hit_rate),
@@ -83,7 +110,6 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
     runs = [("as set", result)] + ([("without the CPU tier", view.without_cpu)] if view.without_cpu else [])
     show(readable(charts.latency_table(runs), percent=("hit rate",)), key="frag.prefix_table",
          file_name="prefix_caching.csv")
-    state.sync()
 
 
 @st.fragment
@@ -125,3 +151,116 @@ def block_table_section(state: PageState, chosen: Sidebar) -> None:
     st.caption(f"Copy-on-write copies so far: {demo.copies}. Last events:")
     show(readable(charts.event_log(demo)), key="frag.bt_log", file_name="block_events.csv", label="Events as CSV")
     state.sync()
+
+
+# ---- over time -----------------------------------------------------------------------------------
+def engine_config(state: PageState, chosen: Sidebar) -> TimelineConfig:
+    """The scheduler and step-time settings of the over-time tab."""
+    cols = st.columns(4)
+    source = cols[0].radio("Step time", tuple(STEP_SOURCES), format_func=STEP_SOURCES.get, key=state.key("step_source"))
+    if source == "model":
+        model = cols[1].selectbox("Model", step_models(), key=state.key("step_model"),
+                                  format_func=lambda i: get_preset(i).name)
+        gpu = cols[2].selectbox("GPU", step_gpus(), key=state.key("step_gpu"),
+                                format_func=lambda i: get_gpu(i).label)
+        cost = cached_step_cost(model, gpu)
+        cols[3].caption(f"Roofline, BF16, datasheet rates: a step reads the weights ({cost.fixed_s * 1e3:.1f} ms) "
+                        "and the batch's KV, or computes its tokens, whichever takes longer.")
+    else:
+        step_ms = cols[1].number_input("Decode step (ms)", 1.0, 1000.0, key=state.key("step_ms"))
+        prefill = cols[2].number_input("Prefill (tokens/s)", 100.0, 10**7 * 1.0, key=state.key("prefill"))
+        cost = StepCost.constant(decode_step_s=step_ms / 1000, prefill_tokens_per_s=prefill)
+    cols = st.columns(3)
+    max_seqs = int(cols[0].number_input("max_num_seqs", 1, BATCH.high, key=state.key("max_batch")))
+    batched = int(cols[1].number_input("max_num_batched_tokens", max_seqs, BATCHED_TOKENS.high,
+                                       key=state.key("max_batched_tokens")))
+    chunked = cols[2].toggle("Chunked prefill", key=state.key("chunked"))
+    if not chunked and batched < chosen.max_context:
+        chunked = True
+        cols[2].caption(f"Without chunking a step must hold a whole {chosen.max_context:,}-token prompt: kept on.")
+    return TimelineConfig(budget=chosen.budget, max_context=chosen.max_context, block_size=chosen.block_size,
+                          address_space=chosen.address_space, step_cost=cost, max_num_seqs=max_seqs,
+                          max_num_batched_tokens=max(batched, max_seqs), chunked_prefill=chunked)
+
+
+def timeline_section(state: PageState, chosen: Sidebar, workload: Workload, key: tuple) -> None:
+    """The over-time tab (not a fragment: its Cancel button must interrupt the running script)."""
+    feedback = RunFeedback("timeline")
+    cols = st.columns(4)
+    allocation = cols[0].selectbox("Allocator", tuple(a.value for a in Allocation), format_func=allocator_label,
+                                   key=state.key("allocator"))
+    preemption = cols[1].radio("Preemption", ("recompute", "swap"), key=state.key("preempt"), horizontal=True)
+    use_trace_arrivals = workload.arrival_s is not None and cols[2].toggle(
+        "Trace's own arrivals", key=state.key("trace_arrivals"))
+    rate = cols[3].number_input("Arrival rate (requests/s, Poisson)", 0.01, 10_000.0, key=state.key("rate"),
+                                disabled=use_trace_arrivals)
+    base = engine_config(state, chosen)
+    caching = allocation == "paged" and st.toggle("Prefix caching (each request's own blocks, after a preemption)",
+                                                  key=state.key("prefix_caching"))
+    config = replace(base, allocation=allocation, preemption=preemption, prefix_caching=caching)
+    rate = None if use_trace_arrivals else rate  # None: the trace's own arrival times
+    seed = chosen.workload.seed
+    run = feedback.run(("timeline", key, rate, seed, config), "simulating over time",
+                       lambda progress: timeline_view(workload, config, rate=rate, seed=seed, progress=progress),
+                       stale=("main", "compare"))
+    if run.value is not None:
+        with feedback.results("main"):
+            timeline_figures(run.value, chosen)
+    if st.toggle("Compare all allocators on this workload (four runs)", key=state.key("compare")):
+        if not run.fresh:
+            st.caption("The comparison runs once the run above has.")
+        else:
+            compare_allocators(feedback, workload, key, rate, seed, config)
+    state.sync()
+
+
+def timeline_figures(result, chosen: Sidebar) -> None:
+    row = metric_row()
+    row.metric("Completed", f"{result.completed:,}", help=f"{counted(result.rejected, 'request')} never fit the budget")
+    row.metric("Mean batch size", f"{result.mean_batch_size:,.1f}")
+    row.metric("Budget holding tokens", percent_text(result.token_state_fraction),
+               help="Share of the KV budget holding a token's keys and values, averaged over time.")
+    row.metric("Preemptions", f"{result.preemptions:,}",
+               help=f"recomputed {result.recomputed_tokens:,} tokens, swapped {result.swapped_tokens:,}; "
+                    f"swap stalls {result.preemption_stall_s:,.1f} s")
+    row.metric("Mean wait", f"{result.mean_wait_s:,.2f} s")
+    row.metric("Mean TTFT", f"{result.mean_ttft_s:,.2f} s")
+    row.metric("Mean TPOT", f"{result.mean_tpot_s * 1e3:,.1f} ms", help=f"mean step {result.mean_step_s * 1e3:.1f} ms")
+    memory, load, wait = charts.timeline_figures(result, chosen.budget.tokens)
+    st.caption("Lower the KV budget in the sidebar to watch the pool fill: contiguous reservations "
+               "queue new requests, paging preempts running ones.")
+    chart(memory, key="frag.chart.memory", file_name="kv_memory_over_time")
+    left, right = st.columns(2)
+    chart(load, key="frag.chart.load", file_name="batch_and_queue", parent=left)
+    chart(wait, key="frag.chart.wait", file_name="request_waits", parent=right)
+
+
+def compare_allocators(feedback: RunFeedback, workload: Workload, key: tuple, rate: float | None, seed: int,
+                       config: TimelineConfig) -> None:
+    """The four allocators on the same requests: each run is stored on its own (the one above is
+    already), so a cancelled comparison keeps the allocators it finished."""
+    configs = allocator_configs(config)
+    keys = [("timeline", key, rate, seed, each) for each in configs]
+
+    def compute(progress: Progress) -> tuple:
+        runs = []
+        for index, (run_key, each) in enumerate(zip(keys, configs)):
+            result = feedback.store.get(run_key)
+            if result is None:
+                result = timeline_view(workload, each, rate=rate, seed=seed,
+                                       progress=lambda share, i=index: progress((i + share) / len(configs)))
+                feedback.store.put(run_key, result)
+            runs.append((each.allocation.value, result))
+        return tuple(runs)
+
+    compared = feedback.run(("compare", *keys), "comparing the four allocators", compute, part="compare")
+    if compared.value is None:
+        return
+    runs = list(compared.value)
+    with feedback.results("compare"):
+        chart(charts.breakdown_figure([allocator_label(name, short=True) for name, _ in runs],
+                                      [r.breakdown for _, r in runs],
+                                      "Time-averaged memory per allocator (paper's fig. 2, over time)"),
+              key="frag.chart.compare", file_name="allocators_over_time")
+        show(readable(charts.allocator_table(runs), percent=("token share of used memory",)),
+             key="frag.compare_table", file_name="allocators_over_time.csv")

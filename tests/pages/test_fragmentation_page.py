@@ -2,18 +2,24 @@
 the URL round trip and the sizer hand-off."""
 
 import base64
-
 import json
+import threading
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from glossary import ALLOCATOR_LABELS, POLICY_LABELS
+from simulation.explorer import PrefixView
 from sizing.report import Handoff
 from support import apptest
 from support.apptest import figures as charts
 from support.apptest import metric_number as metric
+from ui.fragmentation_charts import prefix_sweep_figure
+from ui.gpu_lock import GpuGate
+from ui.run_feedback import GATE_HOOK, cancel_key
 
 PAGE = "2_fragmentation.py"
 GOOD_TRACE = b"arrived_at,num_prefill_tokens,num_decode_tokens\n" + b"".join(
@@ -153,7 +159,8 @@ def test_over_time_contiguous_max_queues_where_paging_does_not():
     at.toggle(key="frag.compare").set_value(True).run()
     assert not at.exception
     compared = table(at, "Allocator")
-    shares = dict(zip(compared["Allocator"], compared["Token share of used memory (%)"]))
+    named = dict(zip(compared["Allocator"], compared["Token share of used memory (%)"]))
+    shares = {value: named[label] for value, label in ALLOCATOR_LABELS.items()}
     # Over time, as in the paper's figure 2: paging keeps most used memory in token states,
     # reserving the maximum context wastes most of it (shown to one decimal of a percent).
     assert shares["paged"] > 90 > 30 > shares["contiguous-max"]
@@ -205,14 +212,15 @@ def test_oversized_upload_is_refused_with_a_short_error():
 def test_paper_figure2_tab_shows_the_published_and_simulated_bars():
     at = open_page(query={"tab": "paper"})
     paper = table(at, "System")
-    assert list(paper["System"]) == ["Orca (Max)", "Orca (Pow2)", "Orca (Oracle)", "vLLM"]
+    # The paper's Orca (Max), (Pow2), (Oracle) and vLLM, by the names the rest of the page gives them.
+    assert list(paper["System"]) == list(ALLOCATOR_LABELS.values())
     # The published figures (the paper's figure 2) sit beside the simulated ones, within 8 points.
     assert list(paper["Token states (paper)"]) == [20.4, 26.8, 38.2, 96.3]
     assert (abs(paper["Token states (sim.)"] - paper["Token states (paper)"]) <= 8).all()
     assert paper.loc[2, "Internal fragmentation (sim.)"] == 0  # Oracle
     assert "None" not in paper.astype(str).to_numpy()  # vLLM's unpublished categories read "—"
     captions = " ".join(c.value for c in open_page().caption)
-    assert "Internal fragmentation" in captions and "Pow2 and Oracle differ only where" in captions
+    assert "Internal fragmentation" in captions and "Orca-Pow2 and Orca-Oracle differ only where" in captions
 
 
 def test_prefix_tab_by_hand_and_block_size_in_the_url():
@@ -281,3 +289,126 @@ def test_shares_read_in_one_style_beside_the_tables_percent_headers():
     assert texts["Utilisation: contiguous"].endswith(" %")
     why = next(md.value for md in at.markdown if "Why paging wins here" in md.value)
     assert "99.6 % holds tokens" in why and "%" not in why.replace(" %", "")
+
+
+# ---- long runs: stale marking, cancel, the queue -------------------------------------------------
+SMALL_RUN = {"budget": "tokens", "tokens": "200000", "n": "2000", "rate": "5", "tab": "timeline"}
+
+
+def test_a_cancelled_run_keeps_the_last_results_marked_stale():
+    at = open_page(query={**SMALL_RUN, "seed": "101"})
+    wait_before = metric(at, "Mean wait")
+    # A Cancel click asks for a new script run and sets this flag on the way in (its callback);
+    # Streamlit stops the running simulation at its next progress call (the browser test).
+    at.session_state[cancel_key("timeline")] = True
+    at.number_input(key="frag.seed").set_value(102).run()
+    assert not at.exception
+    assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
+    assert metric(at, "Mean wait") == wait_before and len(charts(at)) == 3  # seed 101's figures, still there
+    stale = next(c.value for c in at.caption if "**Stale**" in c.value)
+    assert "opacity: 0.45" in stale and "run-results-timeline-main" in stale  # the figures are dimmed
+    at.run()  # any other rerun leaves the cancelled run cancelled
+    assert "Run cancelled" in at.warning[0].value and metric(at, "Mean wait") == wait_before
+    at.button(key="run.timeline.main.again").click().run()
+    assert not at.warning and metric(at, "Completed") == 2000
+    assert metric(at, "Mean wait") != wait_before  # seed 102's arrivals now
+
+
+def test_a_cancel_asked_of_the_gate_stops_the_comparison_between_steps():
+    gate = GpuGate()
+    at = open_page(query={**SMALL_RUN, "seed": "103"}, session={GATE_HOOK: gate})
+    stop = threading.Event()
+
+    def cancel_once_running():
+        while not stop.wait(0.001):
+            if gate.status().busy and gate.request_cancel():
+                return
+
+    thread = threading.Thread(target=cancel_once_running)
+    thread.start()
+    try:
+        at.toggle(key="frag.compare").set_value(True).run()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not at.exception
+    assert "Run cancelled" in at.warning[0].value and "no earlier result" in at.warning[0].value
+    assert not any("Allocator" in df.value.columns for df in at.dataframe)  # no comparison half drawn
+    assert metric(at, "Completed") == 2000  # the run above it stands
+    assert not gate.status().busy
+
+
+def test_a_run_queued_behind_another_session_says_so():
+    gate = GpuGate()
+    holding = threading.Event()
+
+    def other_session():
+        with gate.hold("comparing the four allocators"):
+            holding.set()
+            threading.Event().wait(1.5)  # the page reaches its run well within this, then queues
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    assert holding.wait(5)
+    at = open_page(query={**SMALL_RUN, "seed": "104"}, session={GATE_HOOK: gate})
+    thread.join(5)
+    queued = next(c.value for c in at.caption if "queued" in c.value)
+    assert "behind another session's run" in queued and metric(at, "Completed") == 2000
+
+
+# ---- the sidebar follows the open tab --------------------------------------------------------------
+SIDEBAR = {"frag.source": "selectbox", "frag.mean": "slider", "frag.sigma": "slider",
+           "frag.prompt_share": "slider", "frag.n": "number_input", "frag.seed": "number_input",
+           "frag.budget_mode": "radio", "frag.gib": "number_input", "frag.ptb": "number_input",
+           "frag.context": "select_slider", "frag.block": "select_slider", "frag.space": "radio"}
+WORKLOAD = {"frag.source", "frag.mean", "frag.sigma", "frag.prompt_share", "frag.n"}
+
+
+@pytest.mark.parametrize("tab, unused", [
+    ("snapshot", set()),
+    # Figure 2 is the paper's fixed setting: nothing in the sidebar reaches it.
+    ("paper", set(SIDEBAR)),
+    # Prefix caching draws its own conversations and runs paged.
+    ("prefix", WORKLOAD | {"frag.space"}),
+    # The block table has its own block size; it reads the seed and the bytes per token.
+    ("blocks", WORKLOAD | {"frag.gib", "frag.context", "frag.block", "frag.space"}),
+    ("sharing", WORKLOAD | {"frag.budget_mode", "frag.gib", "frag.ptb", "frag.context", "frag.space"}),
+])
+def test_sidebar_controls_the_open_tab_does_not_read_are_disabled(tab, unused):
+    at = open_page(query={"tab": tab})
+    disabled = {key for key, kind in SIDEBAR.items() if getattr(at, kind)(key=key).disabled}
+    assert disabled == unused
+    notes = " ".join(c.value for c in at.sidebar.caption)
+    assert ("apply here" in notes) == bool(unused)
+
+
+# ---- one look per line, one name per allocator -------------------------------------------------
+def test_prefix_lines_that_coincide_are_drawn_apart_and_said_to_coincide():
+    at = open_page(query={"tab": "prefix"})
+    sweep = next(f for f in charts(at) if "Hit rate against block size" in str(f["layout"]["title"]))
+    lines = sweep["data"]
+    # 400 requests of a 1,000-token prefix: a quarter of the 3,088,378-slot budget evicts nothing
+    # either, so both budgets give the same hit rate at every block size.
+    assert len(lines) == 2
+    np.testing.assert_array_equal(array(lines[0]["y"]), array(lines[1]["y"]))
+    assert lines[0]["line"]["dash"] != lines[1]["line"]["dash"]
+    assert lines[0]["marker"]["symbol"] != lines[1]["marker"]["symbol"]
+    assert lines[1]["marker"]["size"] > lines[0]["marker"]["size"]  # an open ring round the other's dot
+    assert "The lines coincide" in sweep["layout"]["title"]["subtitle"]["text"]
+
+
+def test_prefix_lines_that_differ_carry_no_coincidence_note():
+    # A quarter budget that evicts: 20 % and 10 % of prompt tokens from the cache against 80 % and 60 %.
+    view = PrefixView(result=None, without_cpu=None, sweep_blocks=(16, 64), sweep_budgets=(1000, 4000),
+                      sweep_hit_rate=np.array([[0.2, 0.1], [0.8, 0.6]]), sweep_evictions=np.zeros((2, 2)))
+    assert not prefix_sweep_figure(view).layout.title.subtitle.text
+    same = replace(view, sweep_hit_rate=np.array([[0.8, 0.6], [0.8, 0.6]]))
+    assert prefix_sweep_figure(same).layout.title.subtitle.text.startswith("The lines coincide")
+
+
+def test_each_allocator_has_one_name_on_the_page():
+    at = open_page(query={"tab": "timeline", **{k: SMALL_RUN[k] for k in ("budget", "tokens", "n")}})
+    assert at.selectbox(key="frag.allocator").options == list(ALLOCATOR_LABELS.values())
+    snapshot = open_page()
+    assert snapshot.radio(key="frag.policy").options == list(POLICY_LABELS.values())
+    assert list(table(snapshot, "Scheme")["Scheme"]) == list(ALLOCATOR_LABELS.values())
