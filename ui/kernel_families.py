@@ -14,6 +14,7 @@ from kernels.bench.family_records import FamiliesReport, ok_ms, ratio, read_fami
 from kernels.bench.records import measured_text
 from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR
+from kernels.bench.target_notes import label_of
 from ui.kernel_tables import times_text, us_text
 
 __all__ = ["FAMILIES_DIR", "newest_families", "families_frame", "families_section"]
@@ -45,6 +46,7 @@ def families_frame(report: FamiliesReport) -> pd.DataFrame:
 
 def _targets_frame(report: FamiliesReport) -> pd.DataFrame:
     return pd.DataFrame({"Target": [t.name for t in report.targets],
+                         "In plain words": [label_of(t.name) for t in report.targets],
                          "Measured": [measured_text(t) or "—" for t in report.targets],
                          "Required": [f"{'≤' if t.at_most else '≥'} {t.required:g}" for t in report.targets],
                          "Met": ["yes" if t.met else "no" for t in report.targets]})

@@ -16,19 +16,13 @@ from kernels.bench.mla_records import (CEILING_HEADS, MlaReport, balance_flops_p
 from kernels.bench.records import measured_text
 from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR, shown_command
+from kernels.bench.target_notes import label_of
 from ui.kernel_tables import times_text, us_text
 
-__all__ = ["MLA_DIR", "TARGET_LABELS", "newest_mla", "mla_frame", "mla_targets_frame", "provenance_text",
+__all__ = ["MLA_DIR", "newest_mla", "mla_frame", "mla_targets_frame", "provenance_text",
            "intensity_text", "mla_section"]
 
 MLA_DIR = RESULTS_DIR / "mla"
-
-# The targets in words; the file's names stay in the run's text report and in the docs.
-TARGET_LABELS = {
-    "mla_decode_vs_ceiling": "Share of the ceilings' bound, 128 heads, bf16 latent, B ≥ 64, L ≥ 4K (worst shape)",
-    "mla_decode_vs_triton_peer": "Speed vs SGLang's Triton MLA decode, best of 8 and 16 splits, bf16 (worst shape)",
-}
-
 
 def newest_mla(directory: Path = MLA_DIR) -> tuple[MlaReport, str] | None:
     """The newest valid MLA file and its name, or None (:func:`kernels.bench.results_json.newest_readable`)."""
@@ -58,7 +52,7 @@ def mla_frame(report: MlaReport) -> pd.DataFrame:
 
 def mla_targets_frame(report: MlaReport) -> pd.DataFrame:
     """The run's two targets in words, with the figure, the bound, where it is worst and whether it is met."""
-    return pd.DataFrame({"Target": [TARGET_LABELS.get(t.name, t.name) for t in report.targets],
+    return pd.DataFrame({"Target": [label_of(t.name) for t in report.targets],
                          "Measured": [measured_text(t) or "—" for t in report.targets],
                          "Required": [f"{'≤' if t.at_most else '≥'} {t.required:g}" for t in report.targets],
                          "Where": [t.detail or "—" for t in report.targets],

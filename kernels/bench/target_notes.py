@@ -46,8 +46,8 @@ TARGET_LABELS: dict[str, str] = {
     "sliding_decode_vs_full": "Sliding-window decode vs full attention over the whole context (speed-up)",
     "sinks_overhead": "Extra cost of attention sinks",
     # kernels.bench.mla_records.MLA_TARGET_SPECS
-    "mla_decode_vs_ceiling": "MLA decode as a share of its compute and bandwidth bound, 128 heads",
-    "mla_decode_vs_triton_peer": "MLA decode vs SGLang's Triton MLA kernel",
+    "mla_decode_vs_ceiling": "Share of the ceilings' bound, 128 heads, bf16 latent, B ≥ 64, L ≥ 4K (worst shape)",
+    "mla_decode_vs_triton_peer": "Speed vs SGLang's Triton MLA decode, best of 8 and 16 splits, bf16 (worst shape)",
     # kernels.multi_gpu.records.TARGET_SPECS (at most for the all-reduce: a cost)
     "allreduce_in_step_vs_busbw": "All-reduce inside a TP decode step vs the same all-reduce alone (cost)",
     "transfer_vs_peer_copy_8k": "KV transfer between GPUs (NCCL) vs a plain peer copy, prompts ≥ 8K",
