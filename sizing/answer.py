@@ -235,8 +235,29 @@ def _engine_weights(report: SizingReport) -> int:
     return engine_weight_bytes(report.model, report.weight_precision).bytes
 
 
-def _base(report: SizingReport, settings: EngineSettings, repo: str, activation: ActivationShape | None) -> _Base:
-    planned = min(float(settings.gpu_memory_utilization), MAX_PLANNED_UTILIZATION)
+def _model_source(report: SizingReport) -> tuple[str, ActivationShape | None]:
+    """The repository the commands launch and the activation widths of the catalogue's config
+    (None for a shape the catalogue does not hold)."""
+    preset = get_preset(report.handoff.preset_id) if report.handoff.preset_id else None
+    return (preset.repo if preset else report.model.name,
+            ActivationShape.from_config(preset.config) if preset else None)
+
+
+def engine_request_as_asked(report: SizingReport, settings: EngineSettings) -> EngineRequest:
+    """The engine request of one GPU at the report's own TP and the settings as given (the
+    utilisation uncapped, a measured budget kept): what the sizer's engine view shows vLLM
+    printing, built as the answer builds its own."""
+    repo, activation = _model_source(report)
+    base = _base(report, settings, repo, activation, planned=float(settings.gpu_memory_utilization))
+    return replace(_at(replace(base, settings=replace(settings, measured_tp=report.tp)), report.tp, 1), users=report.users)
+
+
+def _base(report: SizingReport, settings: EngineSettings, repo: str, activation: ActivationShape | None, *,
+          planned: float | None = None) -> _Base:
+    """The answer's engine request at TP 1 (``planned``: the utilisation, by default the settings'
+    capped at :data:`MAX_PLANNED_UTILIZATION`, above which the answer adds GPUs instead)."""
+    if planned is None:
+        planned = min(float(settings.gpu_memory_utilization), MAX_PLANNED_UTILIZATION)
     request = EngineRequest(
         model=report.model, gpu=report.gpu, tp=1, kv_dtype=report.kv_precision.name,
         weights_total_bytes=_engine_weights(report), max_model_len=report.context, block_size=report.block_size,
@@ -379,11 +400,9 @@ def answer_for(report: SizingReport, settings: EngineSettings | None = None) -> 
         return _formula_answer(report, f"vLLM and SGLang cache KV as {', '.join(ENGINE_KV_DTYPES)}, "
                                                  f"not {kv}")
     preset_id = report.handoff.preset_id
-    preset = get_preset(preset_id) if preset_id else None
-    repo = preset.repo if preset else report.model.name
-    activation = ActivationShape.from_config(preset.config) if preset else None
+    repo, activation = _model_source(report)
     base = _base(report, settings, repo, activation)
-    named = "" if preset or report.model_source == "hub" else (
+    named = "" if preset_id or report.model_source == "hub" else (
         f"the model is a shape given by {'a config.json' if report.model_source == 'config' else 'hand'}: "
         f"replace {repo!r} in the commands with its checkpoint")
     options = _options(base)

@@ -14,7 +14,7 @@ from inputs.bounds import Bound
 from inputs.errors import InputError
 from ui.field_labels import page_message
 from sizing.engine.capacity import EngineReport, EngineRequest, plan_engine
-from sizing.answer import EngineSettings
+from sizing.answer import EngineSettings, engine_request_as_asked
 from sizing.engine.groups import GroupingRule
 from sizing.report import SizingReport, SizingRequest
 from ui.layout import metric_row
@@ -64,16 +64,9 @@ def engine_controls(state: PageState) -> None:
 
 
 def _engine_request(sizing: SizingRequest, report: SizingReport, state: PageState) -> EngineRequest:
-    budget = BUDGET.check(state.value("kv_budget_gib_per_gpu"))
-    return EngineRequest(
-        model=sizing.model, gpu=report.gpu, tp=report.tp, kv_dtype=report.kv_precision.name,
-        weights_total_bytes=report.weights_bytes, max_model_len=report.context, block_size=report.block_size,
-        gpu_memory_utilization=UTILIZATION.check(state.value("gpu_memory_utilization")),
-        max_num_batched_tokens=BATCHED.check(state.value("max_num_batched_tokens")),
-        max_num_seqs=SEQS.check(state.value("max_num_seqs")), users=report.users,
-        rule=state.value("engine_rule"), kv_budget_bytes_per_gpu=int(budget * GiB) if budget else None,
-        cuda_graphs_profiled=not state.value("vllm_before_021"),
-    )
+    """The asked TP's request, built as the answer builds its own (the engine's weights, the
+    model's activation widths, the vLLM release), with the controls as given."""
+    return engine_request_as_asked(report, engine_settings(state, report.tp))
 
 
 def engine_settings(state: PageState, tp: int) -> EngineSettings:

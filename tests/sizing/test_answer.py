@@ -232,3 +232,21 @@ def test_the_engine_holds_embeddings_and_lm_head_in_16_bit_when_the_linears_are_
     assert engine_weight_bytes(shape, bf16) == model_weight_bytes(shape, bf16)
     answer = _answer(model="llama-3.1-8b", weight_dtype="fp8", context=8192, users=10)
     assert answer.engine.profile.weights.bytes == held  # TP 1
+
+
+def test_the_engine_view_is_planned_as_the_answer_plans():
+    # gpt-oss-120b in MXFP4 on one H100: the engine view at the asked TP takes the answer's
+    # request (the engine's MXFP4 weights, the release's rules), so both say the same per GPU.
+    from sizing.answer import EngineSettings, answer_for, engine_request_as_asked
+    from sizing.engine.capacity import plan_engine
+    from sizing.report import SizingRequest, size_deployment
+
+    report = size_deployment(SizingRequest(model="gpt-oss-120b", kv_dtype="bf16", weight_dtype="mxfp4",
+                                           context=32_768, users=8, gpu="h100-sxm", tp=1))
+    settings = EngineSettings(gpu_memory_utilization=0.9)
+    asked = engine_request_as_asked(report, settings)
+    assert (asked.tp, asked.users, asked.weight_dtype, asked.gpu_memory_utilization) == (1, 8, "mxfp4", 0.9)
+    engine = plan_engine(asked)
+    assert engine.mxfp4_backend is not None  # the padded expert layout is charged, not the checkpoint bytes
+    option = next(o for o in answer_for(report, settings).options if (o.tp, o.pp) == (1, 1))
+    assert option.kv_bytes_per_gpu == engine.available_kv_bytes_per_gpu
