@@ -52,6 +52,7 @@ from typing import Literal
 
 import numpy as np
 
+from glossary import dtype_label
 from planner.step_model import ServingSetup, StepShape, StepTerms, step_time
 
 Arrival = Literal["burst", "staggered", "poisson"]
@@ -301,7 +302,7 @@ class StepModelTiming:
     @property
     def label(self) -> str:
         graphs = "CUDA graphs" if self.setup.cuda_graphs else "eager (no CUDA graphs)"
-        return (f"step model: {self.setup.engine}, {graphs}, {self.shape.weight_format} weights on "
+        return (f"step model: {self.setup.engine}, {graphs}, {dtype_label(self.shape.weight_format)} weights on "
                 f"{self.setup.gpu.name}, TP {self.shape.tp}")
 
     def terms(self, batch: int, context: float) -> StepTerms:

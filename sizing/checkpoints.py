@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from glossary import dtype_label
+
 SIXTEEN_BIT = ("bf16", "fp16")
 FP8_FORMATS = ("fp8", "fp8_block")
 _DTYPE_FLAG = {"fp16": "float16", "fp32": "float32"}
@@ -97,7 +99,7 @@ def checkpoint_for(*, repo: str, own_format: str | None, weight_format: str, pre
     known = _known(preset_id, weight_format)
     if known is not None:
         return Launchable(weight_format=weight_format, repo=known.repo,
-                          note=f"{weight_format} weights: the published checkpoint {known.repo} "
+                          note=f"{dtype_label(weight_format)} weights: the published checkpoint {known.repo} "
                                f"({known.source}), the instruction-tuned variant of the same architecture")
     if weight_format in FP8_FORMATS and own in SIXTEEN_BIT:
         return Launchable(weight_format=weight_format, repo=repo, quantization="fp8",
@@ -105,11 +107,12 @@ def checkpoint_for(*, repo: str, own_format: str | None, weight_format: str, pre
                                "per-tensor scales)")
     if weight_format in FP8_FORMATS and own in FP8_FORMATS:
         return Launchable(weight_format=weight_format, repo=repo,
-                          note=f"the checkpoint is already {own}; the engine loads it as it is")
-    need = "a 16-bit checkpoint" if weight_format in SIXTEEN_BIT else f"a checkpoint quantised as {weight_format}"
+                          note=f"the checkpoint is already {dtype_label(own)}; the engine loads it as it is")
+    name = dtype_label(weight_format)
+    need = "a 16-bit checkpoint" if weight_format in SIXTEEN_BIT else f"a checkpoint quantised as {name}"
     return Launchable(weight_format=weight_format, repo=None,
-                      note=f"{weight_format} weights need {need}: {repo} is stored as {own}, neither engine "
-                           f"converts it to {weight_format} at load, and the catalogue knows no such checkpoint "
+                      note=f"{name} weights need {need}: {repo} is stored as {dtype_label(own)}, neither engine "
+                           f"converts it to {name} at load, and the catalogue knows no such checkpoint "
                            f"of this model. Choose the model's own precision or a format with a checkpoint.")
 
 

@@ -107,11 +107,11 @@ def formula_steps(spec: KVCacheSpec, inp: Resolved, weights: int, count: GpuCoun
     kv_total = users * per_user
     steps = [
         _values_step(m, spec),
-        _bytes_step(f"Bytes per token ({kv.label})", f"{spec.values_per_token:,} × {_bpv_text(kv)}",
+        _bytes_step(f"Bytes per token, {kv.label}", f"{spec.values_per_token:,} × {_bpv_text(kv)}",
                     spec.bytes_per_token, b),
         _bytes_step(f"Per user at {t:,} tokens", _per_user_expression(m, spec, t), per_user, b),
         _bytes_step(f"All {users:,} users", f"{_fmt(per_user)} × {users:,}", kv_total, b),
-        _bytes_step(f"Weights ({inp.weights.label})",
+        _bytes_step(f"Weights, {inp.weights.label}",
                     f"{format_number(m.params / 1e9, 2)} B params × {_bpv_text(inp.weights)}", weights, d),
         _bytes_step("Total, weights + KV", f"{_fmt(kv_total, d)} + {_fmt(weights, d)}", weights + kv_total, d),
         _bytes_step(f"Usable per GPU ({inp.gpu.name})",

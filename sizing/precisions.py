@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from glossary import dtype_label
 from sizing.errors import SizingError
 
 # Bytes of one scale: fp16, the usual storage type for group scales.
@@ -79,9 +80,9 @@ class Precision:
 
     @property
     def label(self) -> str:
-        """Short display label: ``"BF16"``, ``"INT4 (g128)"``."""
-        base = self.name.upper().replace("_", " ")
-        return f"{base} (g{self.group_size})" if self.group_size else base
+        """Display name, the one every page and CLI shows (:func:`glossary.dtype_label`):
+        ``"BF16"``, ``"FP8 (e4m3)"``, ``"INT4 (g128)"``, ``"INT4 (GPTQ, g128)"``."""
+        return dtype_label(self.name, self.group_size)
 
 
 def get_precision(name: str, *, group_size: int | None = DEFAULT_GROUP_SIZE, field: str = "precision") -> Precision:

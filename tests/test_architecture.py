@@ -19,7 +19,7 @@ ALLOWED = {
     "units": set(),
     "glossary": set(),  # display names: a leaf, like units
     "hardware": {"inputs", "units"},
-    "sizing": {"hardware", "inputs", "units"},
+    "sizing": {"hardware", "inputs", "units", "glossary"},
     "simulation": {"inputs", "units", "glossary"},
     "kernels": {"hardware", "inputs", "units"},
     "planner": {"sizing", "simulation", "kernels", "hardware", "inputs", "units", "glossary"},

@@ -23,8 +23,9 @@ from planner import cli as planner_cli
 from simulation import cli as simulation_cli
 from simulation.policies import ReservationPolicy
 from simulation.timeline_types import Allocation
+from sizing import cli as sizing_cli
 from sizing.layers import LayerKind
-from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES
+from sizing.precisions import PRECISION_NAMES, WEIGHT_FORMAT_NAMES, get_precision
 from support.apptest import open_page
 from support.paths import ROOT
 
@@ -50,6 +51,14 @@ def test_every_format_the_code_offers_has_one_distinct_name():
     assert dtype_label("int4", 128) == "INT4 (g128)" and dtype_label("int8", 64) == "INT8 (g64)"
     assert dtype_label("fp8", 128) == FP8 and dtype_label("int4", 0) == "INT4"
     assert dtype_label("bfloat16") == "BF16" and dtype_label("FP8") == FP8  # config spellings, any case
+
+
+def test_the_sizers_precisions_are_named_by_the_glossary():
+    labels = {n: get_precision(n, field="weight_dtype").label for n in WEIGHT_FORMAT_NAMES}
+    assert labels == {n: dtype_label(n, 128 if n in ("int8", "int4", "int2") else None) for n in WEIGHT_FORMAT_NAMES}
+    assert (labels["fp8"], labels["fp8_block"], labels["gptq_int4"], labels["int4"]) == (
+        FP8, "FP8 (e4m3, 128 × 128 blocks)", "INT4 (GPTQ, g128)", "INT4 (g128)")
+    assert get_precision("int4", group_size=None).label == "INT4"  # no scales counted, none named
 
 
 @pytest.mark.parametrize("call, field", [
@@ -125,6 +134,12 @@ def _simulation(capsys, *argv: str) -> str:
     return capsys.readouterr().out
 
 
+def _sizer(capsys, *extra: str) -> str:
+    argv = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--kv-dtype", "fp8", "--weight-dtype", "fp8", *extra]
+    assert sizing_cli.main(argv) == 0
+    return capsys.readouterr().out
+
+
 def test_fp8_and_the_allocators_read_the_same_on_the_pages_and_in_the_clis(capsys):
     planner_text = _planner_text(capsys)
     assert f"{FP8} KV, {FP8} weights" in planner_text and f"{PAGED} against {ORCA_POW2}" in planner_text
@@ -134,6 +149,13 @@ def test_fp8_and_the_allocators_read_the_same_on_the_pages_and_in_the_clis(capsy
     timeline = ["timeline", "--dist", "fixed", "--length", "100", "--kv-budget-tokens", "1000", "--n", "20",
                 "--rate", "5", "--max-context", "128", "--max-num-batched-tokens", "256"]
     assert f"{PAGED} [paged]" in _simulation(capsys, *timeline, "--allocator", "paged")
+    sizer_text = _sizer(capsys)
+    # The worked formula and the reference table's FP8 rows (160 KiB per token: 80 × 8 × 128 × 2 × 1 B).
+    assert f"Bytes per token, {FP8}: 163,840 × 1 B = 160 KiB" in sizer_text
+    assert f"Weights, {FP8}: 70.6 B params × 1 B" in sizer_text
+    assert re.search(rf"^  {re.escape(FP8)} +H100 SXM +KV +536\.9 GB", sizer_text, re.M)
+    sized = json.loads(_sizer(capsys, "--json"))
+    assert (sized["kv_dtype"], sized["weight_dtype"]) == ("fp8", "fp8")  # JSON keeps the values
 
     planner = open_page("4_planner.py", {"kv": "fp8", "policy": "pow2"})
     assert FP8 in planner.selectbox(key="planner.kv").options
@@ -143,6 +165,11 @@ def test_fp8_and_the_allocators_read_the_same_on_the_pages_and_in_the_clis(capsy
     assert list(table["Allocator"]) == [ORCA_POW2, PAGED]
     cluster = open_page("5_cluster.py", {"kv": "fp8"})
     assert cluster.selectbox(key="cluster.kv").options[PRECISION_NAMES.index("fp8")] == FP8
+    sizer = open_page("1_sizer.py", {"kv": "fp8"})
+    assert sizer.selectbox(key="sizer.kv_dtype").options[PRECISION_NAMES.index("fp8")] == FP8
+    assert f" · {FP8} KV · H100 SXM" in "\n".join(m.value for m in sizer.markdown)
+    reference = next(d.value for d in sizer.dataframe if "KV precision" in d.value.columns)
+    assert FP8 in set(reference["KV precision"])
     for at in (planner, cluster):  # the glossary in the sidebar names both
         glossary = next(e for e in at.sidebar.expander if e.label == "Glossary")
         shown = "\n".join(m.value for m in glossary.markdown)

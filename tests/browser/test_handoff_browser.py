@@ -11,7 +11,7 @@ pytestmark = pytest.mark.browser
 
 def test_sizer_budget_reaches_the_fragmentation_explorer(app_url, page):
     goto(page, f"{app_url}/")
-    select_option(page, "KV precision", "FP8")
+    select_option(page, "KV precision", "FP8 (e4m3)")
     assert metric_value(page, "KV per token") == "160 KiB"
 
     after_rerun(page, page.get_by_text("Open the fragmentation explorer").click)

@@ -76,7 +76,7 @@ def test_reference_url_reproduces_hand_figures():
     assert _metric(at, "TPOT at the paged batch") == f"{_step_ms(cap):,.1f} ms"
     paging = next(md.value for md in at.markdown if md.value.startswith("**What limits paging"))
     assert f"caps the batch at {cap} " in paging
-    label = "step model: vllm, CUDA graphs, fp8 weights on H100 SXM, TP 8"
+    label = "step model: vllm, CUDA graphs, FP8 (e4m3) weights on H100 SXM, TP 8"
     assert f"TPOT and TTFT timed by the {label}" in texts(at.caption)
     assert label in next(m for m in at.metric if m.label == "TPOT at the paged batch").help
 

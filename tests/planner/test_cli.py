@@ -216,7 +216,7 @@ def test_a_shape_typed_by_hand_says_roofline_in_json_and_text(capsys):
 def test_the_table_shows_the_step_model_the_serving_figures_and_the_answers_tpot(capsys):
     assert planner_cli.main(LLAMA8) == 0
     text = capsys.readouterr().out
-    assert "step model: vllm, CUDA graphs, bf16 weights on H100 SXM, TP 1" in text
+    assert "step model: vllm, CUDA graphs, BF16 weights on H100 SXM, TP 1" in text
     assert "serving at " in text and "(burst)" in text and "Error band" in text
     assert "TPOT at the answer's batch: " in text
 

@@ -131,7 +131,7 @@ def test_a_catalogue_model_is_timed_by_the_step_model_at_its_operating_point():
     # TTFT: the mean prompt alone, one chunk of vLLM's 8,192-token budget
     assert plan.ttft_s == prefill_seconds(shape, setup, prompt_tokens=4095, chunk_tokens=8192)
     assert plan.timing_model == "step model"
-    assert plan.timing_label == "step model: vllm, CUDA graphs, bf16 weights on H100 SXM, TP 1"
+    assert plan.timing_label == "step model: vllm, CUDA graphs, BF16 weights on H100 SXM, TP 1"
     # the serving prediction at the paged batch: equal lengths start in waves (burst), with P90s
     expected = predict_benchmark(shape, setup, BenchmarkSpec(input_len=4095, output_len=2, concurrency=batch))
     assert outcome.serving == expected and outcome.serving.arrival == "burst"
@@ -149,7 +149,7 @@ def test_a_shape_typed_by_hand_keeps_the_roofline():
 
 def test_the_engine_settings_reach_the_step_model():
     eager = run_plan(_request(cuda_graphs=False, engine="sglang", tpot_target_s=None))
-    assert eager.plan.timing_label == "step model: sglang, eager (no CUDA graphs), bf16 weights on H100 SXM, TP 1"
+    assert eager.plan.timing_label == "step model: sglang, eager (no CUDA graphs), BF16 weights on H100 SXM, TP 1"
     shape = step_shape(LLAMA8.config_bytes, tp=1, gpu=H100, kv_bytes=2.0)
     setup = ServingSetup(gpu=H100, engine="sglang", cuda_graphs=False)
     batch = eager.plan.paged.batch
@@ -164,7 +164,7 @@ def test_a_format_other_than_the_configs_own_converts_every_layer():
     assert own.timing.shape == step_shape(gpt_oss.config_bytes, tp=1, gpu=H100, kv_bytes=2.0, name=gpt_oss.name)
     assert own.timing.shape.dense_bytes == 2.0  # gpt-oss keeps attention in bf16 (its quantization_config)
     bf16 = run_plan(_request(model=gpt_oss.shape, config=gpt_oss.config_bytes, tpot_target_s=None))
-    assert bf16.timing.shape.weight_format == "bf16" and "bf16 weights" in bf16.plan.timing_label
+    assert bf16.timing.shape.weight_format == "bf16" and "BF16 weights" in bf16.plan.timing_label
 
 
 def test_a_config_the_step_model_cannot_read_falls_back_to_the_roofline_and_says_why():

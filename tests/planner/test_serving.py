@@ -134,7 +134,7 @@ def test_the_planners_step_timing_is_the_step_model():
 
     timing = StepModelTiming(shape=LLAMA, setup=VLLM, chunk_tokens=2048)
     assert timing.step_s(64, 3000) == step_time(LLAMA, VLLM, decode_batch=64, context=3000).total_s
-    assert timing.label == "step model: vllm, CUDA graphs, bf16 weights on H100 SXM, TP 1"
+    assert timing.label == "step model: vllm, CUDA graphs, BF16 weights on H100 SXM, TP 1"
     # a 5,000-token prompt alone: 3 chunks of 1,666.7 tokens, each with a third of the 5,000² / 2 pairs
     chunk = step_time(LLAMA, VLLM, decode_batch=0, context=5000, prefill_tokens=5000 / 3,
                       prefill_pairs=5000 * 5000 / 2 / 3, prefill_requests=1).total_s

@@ -130,7 +130,7 @@ def test_checkpoints_map_each_precision_to_what_the_engine_loads():
     on_the_fly = checkpoint_for(weight_format="fp8", **mistral)
     assert on_the_fly.repo == "mistralai/Mistral-7B-v0.1" and on_the_fly.quantization == "fp8"
     assert not checkpoint_for(weight_format="nvfp4", **mistral).launchable
-    assert "quantised as nvfp4" in checkpoint_for(weight_format="nvfp4", **mistral).note
+    assert "quantised as NVFP4" in checkpoint_for(weight_format="nvfp4", **mistral).note
     deepseek = dict(repo="deepseek-ai/DeepSeek-V3", own_format="fp8_block", preset_id="deepseek-v3")
     assert checkpoint_for(weight_format="fp8_block", **deepseek).repo == "deepseek-ai/DeepSeek-V3"
     assert not checkpoint_for(weight_format="bf16", **deepseek).launchable  # no 16-bit copy is known
@@ -147,7 +147,7 @@ def test_known_checkpoints_name_catalogue_models_and_real_formats():
 def test_a_precision_no_checkpoint_holds_gives_the_deployment_and_no_command():
     answer = _answer(model="mistral-7b", weight_dtype="nvfp4", context=8192, users=20)
     assert answer.fits and answer.vllm_command is None and answer.sglang_command is None
-    assert any("quantised as nvfp4" in n for n in answer.notes)
+    assert any("quantised as NVFP4" in n for n in answer.notes)
 
 
 # ---- the commands, parsed back -----------------------------------------------------------------
