@@ -6,7 +6,7 @@ number it shows is computed here (seeding included, so that a link reproduces a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -123,14 +123,55 @@ class SharingSettings:
     user: int = 300
 
 
-def sharing_view(settings: SharingSettings, *, block_size: int, seed: int) -> tuple[SharingResult, ...]:
-    """Parallel sampling, beam search and a shared system prompt, with and without sharing."""
+def sharing_work(settings: SharingSettings, *, block_size: int) -> tuple[float, float, float]:
+    """Rough cost of :func:`sharing_view`'s three scenarios, in block-manager calls (each ~1 µs).
+
+    A call is a token appended, a fork, a free or a prefix entry shared; the block-table entries a
+    fork or free copies count as 1/40 of a call each (array operations: about 40 ns an entry
+    against about 1 µs a Python-level call). Measured at the caps with B = 1 (1.4 s, beam
+    search's forks of 2,000-block tables 1.0 s of it) each scenario took 0.9-1.2 µs a call;
+    over other settings 0.3-1.6 µs. Good enough to weight the scenarios' progress, and to tell
+    a run of milliseconds from one of a second.
+    """
+    prompt_blocks = settings.prompt / block_size
+    sampling = settings.samples * (settings.output + 2) + settings.samples * (
+        2 * prompt_blocks + settings.output / block_size) / 40
+    # Every step forks, frees and extends each beam; its table holds (P + t) / B entries at step t.
+    beams = 3 * settings.width * settings.output + 2 * settings.width * settings.output * (
+        prompt_blocks + settings.output / (2 * block_size)) / 40
+    shared = settings.requests * (settings.user + settings.system / block_size + 1)
+    return float(sampling), float(beams), float(shared)
+
+
+def sharing_view(settings: SharingSettings, *, block_size: int, seed: int,
+                 progress: Callable[[float], None] | None = None) -> tuple[SharingResult, ...]:
+    """Parallel sampling, beam search and a shared system prompt, with and without sharing.
+
+    ``progress`` (optional) is called with the share done (0–1, each scenario weighted by
+    :func:`sharing_work`) between steps of each scenario; what it raises stops the run.
+    """
+    part = _parts(progress, sharing_work(settings, block_size=block_size))
     return (parallel_sampling(prompt_tokens=settings.prompt, output_tokens=np.full(settings.samples, settings.output),
-                              block_size=block_size),
+                              block_size=block_size, progress=part(0)),
             beam_search(prompt_tokens=settings.prompt, width=settings.width, steps=settings.output,
-                        block_size=block_size, rng=np.random.default_rng(seed)),
+                        block_size=block_size, rng=np.random.default_rng(seed), progress=part(1)),
             prefix_caching(system_prompt_tokens=settings.system, user_tokens=np.full(settings.requests, settings.user),
-                           block_size=block_size))
+                           block_size=block_size, progress=part(2)))
+
+
+def _parts(progress: Callable[[float], None] | None,
+           weights: Sequence[float]) -> Callable[[int], Callable[[float], None] | None]:
+    """Progress of one part of a run of ``len(weights)`` parts: part ``i``'s share done (0–1)
+    becomes the whole run's, the parts before it counted done (None without ``progress``)."""
+    total = float(sum(weights)) or 1.0
+    starts = np.concatenate(([0.0], np.cumsum(weights)))
+
+    def part(index: int) -> Callable[[float], None] | None:
+        if progress is None:
+            return None
+        return lambda share: progress(float(starts[index] + share * weights[index]) / total)
+
+    return part
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,36 +240,63 @@ def check_prefix_view(scenario: PrefixScenario, config: TimelineConfig, *, reque
                    max_seconds=PREFIX_VIEW_SECONDS)
 
 
-def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int, *,
-                deadline_field: str = "requests") -> PrefixView:
+def prefix_view(scenario: PrefixScenario, config: TimelineConfig, seed: int, *, deadline_field: str = "requests",
+                progress: Callable[[float], None] | None = None) -> PrefixView:
     """Prefix caching over time on ``scenario``'s requests under ``config`` (paged, caching on);
     all its runs share one deadline (:class:`simulation.run_budget.Deadline`, naming
-    ``deadline_field``)."""
+    ``deadline_field``).
+
+    ``progress`` (optional) is called with the share done (0–1, each run an equal part, at its
+    ~1 % steps and at its end, a skipped sweep point counted done at once); what it raises stops
+    the run, even where a sweep point's ``ValueError`` would only skip that point.
+    """
     deadline = Deadline(2 * PREFIX_VIEW_SECONDS, field=deadline_field)
     workload = prefix_workload(scenario, np.random.default_rng(seed))
     config = replace(config, allocation=Allocation.PAGED, prefix_caching=True)
-    result = run_timeline(workload, config, deadline=deadline)
-    without = None if config.cpu_tier is None else run_timeline(workload, replace(config, cpu_tier=None),
-                                                                 deadline=deadline)
     blocks = tuple(sorted(set(PREFIX_SWEEP_BLOCKS) | {config.block_size}))
     budgets = tuple(sorted({max(1, int(share * config.budget.tokens)) for share in PREFIX_SWEEP_BUDGET_SHARES}))
+    raised: list[BaseException] = []  # what progress raised: never swallowed as a sweep point's error
+    runs = 1 + (config.cpu_tier is not None) + len(budgets) * len(blocks)
+    part = _parts(None if progress is None else _noting(progress, raised), (1.0,) * runs)
+    result = run_timeline(workload, config, deadline=deadline, progress=part(0))
+    without = None if config.cpu_tier is None else run_timeline(workload, replace(config, cpu_tier=None),
+                                                                 deadline=deadline, progress=part(1))
+    done = 1 + (without is not None)
     rates = np.zeros((len(budgets), len(blocks)))
     evictions = np.zeros_like(rates)
     for i, tokens in enumerate(budgets):
         for j, block in enumerate(blocks):
+            report, done = part(done), done + 1
             budget = replace(config.budget, tokens=tokens)
             if tokens // block < 2:
+                if report is not None:
+                    report(1.0)
                 continue  # not even two blocks: nothing to cache
             try:
                 run = run_timeline(workload, replace(config, budget=budget, block_size=block, cpu_tier=None),
-                                   deadline=deadline)
+                                   deadline=deadline, progress=report)
             except RunBudgetExceeded:
                 raise
             except ValueError:
+                if raised:
+                    raise
+                if report is not None:
+                    report(1.0)
                 continue
             rates[i, j], evictions[i, j] = run.prefix.hit_rate, run.prefix.evictions
     return PrefixView(result=result, without_cpu=without, sweep_blocks=blocks, sweep_budgets=budgets,
                       sweep_hit_rate=rates, sweep_evictions=evictions)
+
+
+def _noting(progress: Callable[[float], None], raised: list[BaseException]) -> Callable[[float], None]:
+    """``progress``, appending to ``raised`` what it raises (then raising it on)."""
+    def call(share: float) -> None:
+        try:
+            progress(share)
+        except BaseException as err:
+            raised.append(err)
+            raise
+    return call
 
 
 def cpu_tier(gib: float, link_gbps: float) -> CpuTierConfig | None:

@@ -3,16 +3,23 @@
 Each scenario is played on a ``BlockManager`` (reference counts, copy-on-write) and against the
 same requests without sharing; the figures are peak blocks held. Closed forms for the simple cases
 are in the docstrings and checked by the tests.
+
+Each takes an optional ``progress``: called with the share of its steps done (0–1) each time
+another :data:`PROGRESS_EVERY` of them is done, and at its end; what it raises stops the scenario.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from units import cdiv
 from simulation.block_table import BlockManager
+
+PROGRESS_EVERY = 0.01  # share of a scenario's steps between two progress calls (a bar's 1 %)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,12 +48,25 @@ class SharingResult:
         return self.saved_blocks / self.blocks_without_sharing if self.blocks_without_sharing else 0.0
 
 
+def _reporter(progress: Callable[[float], None] | None, steps: int) -> Callable[[int], None]:
+    """A callable taking the steps done so far (1 … ``steps``) that calls ``progress`` with their
+    share of ``steps`` every ⌈``steps`` × ``PROGRESS_EVERY``⌉ steps and at the last one."""
+    stride = max(1, math.ceil(steps * PROGRESS_EVERY))
+
+    def report(done: int) -> None:
+        if progress is not None and (done % stride == 0 or done >= steps):
+            progress(min(done / max(steps, 1), 1.0))
+
+    return report
+
+
 def _pool_for(tokens: int, block_size: int) -> int:
     """Blocks enough for ``tokens`` tokens of unshared sequences (no pool pressure here)."""
     return cdiv(tokens, block_size) + 1
 
 
-def parallel_sampling(*, prompt_tokens: int, output_tokens: np.ndarray, block_size: int) -> SharingResult:
+def parallel_sampling(*, prompt_tokens: int, output_tokens: np.ndarray, block_size: int,
+                      progress: Callable[[float], None] | None = None) -> SharingResult:
     """``n`` samples of one prompt (``output_tokens``: int64, shape (n,), each sample's length).
 
     Samples decode in lockstep and free their blocks when done. Without sharing each holds its own
@@ -63,7 +83,8 @@ def parallel_sampling(*, prompt_tokens: int, output_tokens: np.ndarray, block_si
     manager.add_sequence(0, prompt_tokens)
     for sample in range(1, samples):
         manager.fork(0, sample)
-    peak = _decode_lockstep(manager, list(range(samples)), output_tokens)
+    report = _reporter(progress, int(output_tokens.max()))
+    peak = _decode_lockstep(manager, list(range(samples)), output_tokens, report)
     return SharingResult(scenario=f"parallel sampling, n={samples}", blocks_without_sharing=without,
                          blocks_with_sharing=peak, copies_on_write=manager.copies)
 
@@ -78,8 +99,10 @@ def _peak_unshared(prompt: np.ndarray, output: np.ndarray, block_size: int) -> i
     return int(blocks.sum(axis=1).max())
 
 
-def _decode_lockstep(manager: BlockManager, sequences: list[int], output: np.ndarray) -> int:
-    """Append tokens to ``sequences`` in lockstep; free each when its output is done. Peak blocks."""
+def _decode_lockstep(manager: BlockManager, sequences: list[int], output: np.ndarray,
+                     report: Callable[[int], None]) -> int:
+    """Append tokens to ``sequences`` in lockstep; free each when its output is done. Peak blocks.
+    ``report`` gets the steps done after each step."""
     peak = manager.used_blocks
     live = list(zip(sequences, output.tolist()))
     step = 0
@@ -92,11 +115,12 @@ def _decode_lockstep(manager: BlockManager, sequences: list[int], output: np.nda
             if length == step:
                 manager.free_sequence(sequence)
         live = [(s, length) for s, length in live if length > step]
+        report(step)
     return peak
 
 
 def beam_search(*, prompt_tokens: int, width: int, steps: int, block_size: int,
-                rng: np.random.Generator) -> SharingResult:
+                rng: np.random.Generator, progress: Callable[[float], None] | None = None) -> SharingResult:
     """Beam search of ``width`` beams for ``steps`` tokens.
 
     Each step, every new beam extends a surviving parent (parents drawn by ``rng``: some beams
@@ -114,7 +138,8 @@ def beam_search(*, prompt_tokens: int, width: int, steps: int, block_size: int,
     beams = [0]
     next_id = 1
     peak = manager.used_blocks
-    for _ in range(steps):
+    report = _reporter(progress, steps)
+    for step in range(steps):
         parents = np.sort(rng.integers(0, len(beams), size=width))
         children = []
         for parent in parents.tolist():
@@ -127,11 +152,13 @@ def beam_search(*, prompt_tokens: int, width: int, steps: int, block_size: int,
             manager.append_token(child)
         beams = children
         peak = max(peak, manager.used_blocks)
+        report(step + 1)
     return SharingResult(scenario=f"beam search, width {width}", blocks_without_sharing=without,
                          blocks_with_sharing=peak, copies_on_write=manager.copies)
 
 
-def prefix_caching(*, system_prompt_tokens: int, user_tokens: np.ndarray, block_size: int) -> SharingResult:
+def prefix_caching(*, system_prompt_tokens: int, user_tokens: np.ndarray, block_size: int,
+                   progress: Callable[[float], None] | None = None) -> SharingResult:
     """Requests that all start with the same system prompt (``user_tokens``: int64, shape (m,),
     the rest of each request), held at once.
 
@@ -145,10 +172,13 @@ def prefix_caching(*, system_prompt_tokens: int, user_tokens: np.ndarray, block_
     without = int(cdiv(totals, block_size).sum())
     manager = BlockManager(num_blocks=without + 1, block_size=block_size, record_events=False)
     manager.add_sequence(0, int(totals[0]))
+    report = _reporter(progress, user_tokens.size)
+    report(1)
     for request in range(1, user_tokens.size):
         manager.share_prefix(0, request, system_prompt_tokens)
         for _ in range(int(user_tokens[request])):
             manager.append_token(request)
+        report(request + 1)
     return SharingResult(scenario=f"shared system prompt, {user_tokens.size} requests",
                          blocks_without_sharing=without, blocks_with_sharing=manager.used_blocks,
                          copies_on_write=manager.copies)

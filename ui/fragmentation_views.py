@@ -1,13 +1,13 @@
 """The fragmentation explorer's tabs beyond the snapshot: the over-time run, prefix caching, the
 paper's figure 2, sharing and the block table.
 
-The quick tabs are Streamlit fragments, so a widget inside one reruns that tab only, and each
-calls one cached library function. The runs that take seconds (over time, the four allocators
-compared, prefix caching) go through :class:`ui.run_feedback.RunFeedback`: progress at the top
-of the tab, the old figures marked stale meanwhile, one run at a time across sessions. The
-over-time tab has a Cancel button, and is therefore not a fragment: a click inside a fragment
-would wait for the running script instead of interrupting it. ``prefix_view`` reports no
-progress, so the prefix tab shows its run without a bar or a Cancel button.
+The quick tabs (figure 2, the block table) are Streamlit fragments, so a widget inside one reruns
+that tab only, and each calls one cached library function. The runs that can take over a second
+(over time, the four allocators compared, prefix caching, sharing at its larger settings) go
+through :class:`ui.run_feedback.RunFeedback`: progress at the top of the tab, the old figures
+marked stale meanwhile, a Cancel button, one run at a time across sessions. Those tabs are
+therefore not fragments: a click inside a fragment would wait for the running script instead of
+interrupting it.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hardware.gpus import get_gpu
 from planner.step_time import paper_step_cost, shape_step_cost
 from simulation.explorer import (BlockTableSettings, SharingSettings, allocator_configs, block_table_view,
                                  check_prefix_view, cpu_tier, prefix_view, prefix_view_runs, sharing_view,
-                                 timeline_view, token_address)
+                                 sharing_work, timeline_view, token_address)
 from simulation.paper_figure2 import NOTE_THRESHOLD_PP, Figure2Reproduction, reproduce_figure2
 from simulation.step_cost import StepCost
 from simulation.timeline import Allocation, TimelineConfig
@@ -32,6 +32,7 @@ from ui.fragmentation_controls import (BATCH, BATCHED_TOKENS, STEP_SOURCES, Side
                                        prefix_controls, sharing_settings, step_gpus, step_models)
 from ui.layout import chart, metric_row
 from ui.run_feedback import Progress, RunFeedback
+from ui.run_queue import ResultStore
 from ui.tables import counted, percent_text, readable, show
 from ui.url_state import PageState
 
@@ -46,9 +47,16 @@ def cached_step_cost(model_id: str, gpu_id: str) -> StepCost:
     return shape_step_cost(get_preset(model_id).shape, gpu_id=gpu_id)
 
 
-@st.cache_data(show_spinner=False, max_entries=32)
-def cached_sharing(settings: SharingSettings, block_size: int, seed: int):
-    return sharing_view(settings, block_size=block_size, seed=seed)
+# Below this many block-manager calls (0.1-0.3 s here, :func:`simulation.explorer.sharing_work`) a
+# sharing run skips the queue: its user would otherwise wait out another session's long run.
+SHARING_QUEUE_CALLS = 200_000
+
+
+@st.cache_resource
+def sharing_store() -> ResultStore:
+    """The server's finished sharing runs, apart from the long runs' store: a few numbers each,
+    and many of them as inputs are tried, which must not push those out."""
+    return ResultStore()
 
 
 @st.fragment
@@ -66,8 +74,8 @@ def figure2_section() -> None:
                + (" ".join(notes) if notes else "none."))
 
 
-@st.fragment
 def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, seed: int) -> None:
+    """The prefix-caching tab (not a fragment: its Cancel button must interrupt the running script)."""
     feedback = RunFeedback("prefix")
     controls = prefix_controls(state)
     tier = None
@@ -82,8 +90,8 @@ def prefix_section(state: PageState, chosen: Sidebar, engine: TimelineConfig, se
                           block_size="Block size (tokens)")
         run = feedback.run(("prefix", controls.scenario, config, seed),
                            f"simulating prefix caching ({prefix_view_runs(config)} runs)",
-                           lambda _: prefix_view(controls.scenario, config, seed, deadline_field="Requests"),
-                           reports_progress=False)
+                           lambda progress: prefix_view(controls.scenario, config, seed, deadline_field="Requests",
+                                                        progress=progress))
     except ValueError as err:
         st.error(f":material/error: {str(err).splitlines()[0]}")
         return
@@ -112,15 +120,26 @@ def prefix_figures(view, controls, chosen: Sidebar) -> None:
          file_name="prefix_caching.csv")
 
 
-@st.fragment
 def sharing_section(state: PageState, chosen: Sidebar) -> None:
-    results = cached_sharing(sharing_settings(state), chosen.block_size, chosen.workload.seed)
+    """The sharing tab (not a fragment: its Cancel button must interrupt the running script)."""
+    feedback = RunFeedback("sharing", store=sharing_store())
+    settings: SharingSettings = sharing_settings(state)
+    block, seed = chosen.block_size, chosen.workload.seed
+    run = feedback.run(("sharing", settings, block, seed), "simulating block sharing",
+                       lambda progress: sharing_view(settings, block_size=block, seed=seed, progress=progress),
+                       queue=sum(sharing_work(settings, block_size=block)) >= SHARING_QUEUE_CALLS)
+    if run.value is not None:
+        with feedback.results():
+            sharing_figures(run.value, chosen.block_size)
+    state.sync()
+
+
+def sharing_figures(results, block_size: int) -> None:
     table = charts.sharing_table(results)
-    chart(charts.sharing_figure(table, chosen.block_size), key="frag.chart.sharing", file_name="sharing")
+    chart(charts.sharing_figure(table, block_size), key="frag.chart.sharing", file_name="sharing")
     show(readable(table, percent=("saved",)), key="frag.sharing_table", file_name="sharing.csv")
     st.caption("Forked samples and beams share blocks (reference counts) and copy a shared block "
                "before writing into it; a cached prefix shares only its full blocks.")
-    state.sync()
 
 
 @st.fragment

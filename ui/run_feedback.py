@@ -26,7 +26,9 @@ so a tab with a Cancel button is not a fragment. A cancel asked of the gate
 ``RunHandle.check`` in the progress callback.
 
 A run whose library function reports no progress shows the strip from its start, without a bar
-or Cancel (nothing would stop it midway).
+or Cancel (nothing would stop it midway). A run expected to take a fraction of a second can skip
+the gate (``queue=False``): waiting behind another session's run of tens of seconds would cost
+its user far more than sharing the CPU with it for a moment.
 
 Test hook (``st.session_state``): :data:`GATE_HOOK`, a ``GpuGate`` standing for the server's, so a
 test can hold it from another thread.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -159,7 +162,7 @@ class RunFeedback:
         return f"run.{self.tab}.{part}.{what}"
 
     def run(self, key: Hashable, what: str, compute: Callable[[Progress], T], *, part: str = "main",
-            stale: Sequence[str] | None = None, reports_progress: bool = True) -> Run[T]:
+            stale: Sequence[str] | None = None, reports_progress: bool = True, queue: bool = True) -> Run[T]:
         """The result of ``compute(progress)`` under ``key``: stored, or run through the gate with
         the strip's feedback.
 
@@ -176,6 +179,10 @@ class RunFeedback:
             (default: ``part`` only).
         reports_progress : bool
             False when ``compute`` never calls ``progress``: no bar and no Cancel.
+        queue : bool
+            False for a run expected to end within a fraction of a second: it runs at once,
+            without the gate (never queued, and a cancel asked of the gate does not reach it);
+            the strip and its Cancel button still work should it last longer.
         """
         last = self._key(part, "last")
         found = self.store.get(key)
@@ -196,7 +203,7 @@ class RunFeedback:
         strip = _Strip(slot, text=text, css=sticky_css(self.tab, _background()) + stale_css(self.tab, parts),
                        cancel=(self._key(part, "cancel_button"), self._cancel_flag) if reports_progress else None)
         try:
-            value, waited = self._gated(key, what, compute, strip, reports_progress, self._key(part, "share"))
+            value, waited = self._gated(key, what, compute, strip, reports_progress, self._key(part, "share"), queue)
         except RunCancelled:
             strip.clear()
             return self._cancelled(key, part, parts, previous)
@@ -216,8 +223,9 @@ class RunFeedback:
         return Run(value=value, fresh=True, status="done")
 
     def _gated(self, key: Hashable, what: str, compute: Callable[[Progress], T], strip: _Strip,
-               reports_progress: bool, share_key: str) -> tuple[T, float | None]:
-        """The result and the seconds it queued behind another session's run (None: no wait)."""
+               reports_progress: bool, share_key: str, queue: bool) -> tuple[T, float | None]:
+        """The result and the seconds it queued behind another session's run (None: no wait);
+        without ``queue`` it runs outside the gate."""
         started = time.monotonic()
         st.session_state[share_key] = 0.0
         waited: list[bool] = []
@@ -226,7 +234,8 @@ class RunFeedback:
             waited[:] = [True]
             strip.show(queued_message(status), None)
 
-        with self.gate.hold(what, wait_s=WAIT_S, poll_s=POLL_S, on_wait=on_wait) as handle:
+        held = self.gate.hold(what, wait_s=WAIT_S, poll_s=POLL_S, on_wait=on_wait) if queue else nullcontext()
+        with held as handle:
             queued = time.monotonic() - started if waited else None
             found = self.store.get(key)  # the run queued ahead may have been this very one
             if found is not None:
@@ -234,7 +243,8 @@ class RunFeedback:
             label = what[:1].upper() + what[1:]
 
             def progress(share: float) -> None:
-                handle.check()  # a cancel asked of the gate: stop between two steps
+                if handle is not None:
+                    handle.check()  # a cancel asked of the gate: stop between two steps
                 st.session_state[share_key] = share
                 if strip.frame is not None or time.monotonic() - started >= SHOW_AFTER_S:
                     strip.show(f"{label}: {percent_text(share, 0)}", share)  # Streamlit's rerun exception surfaces here

@@ -356,6 +356,99 @@ def test_a_run_queued_behind_another_session_says_so():
     assert "behind another session's run" in queued and metric(at, "Completed") == 2000
 
 
+def _cancel_once_running(gate: GpuGate) -> tuple[threading.Thread, threading.Event]:
+    """A thread that asks ``gate`` to cancel the run holding it, once one does (as another tab or
+    session may); set the event to stop it."""
+    stop = threading.Event()
+
+    def cancel():
+        while not stop.wait(0.001):
+            if gate.status().busy and gate.request_cancel():
+                return
+
+    thread = threading.Thread(target=cancel)
+    thread.start()
+    return thread, stop
+
+
+PREFIX_RUN = {"budget": "tokens", "tokens": "400000", "pfs": "1000", "pfu": "50", "pfn": "20", "pfo": "20",
+              "tab": "prefix"}
+
+
+def test_the_prefix_run_stops_between_steps_and_keeps_the_last_figures_marked_stale():
+    gate = GpuGate()
+    at = open_page(query={**PREFIX_RUN, "seed": "201"}, session={GATE_HOOK: gate})
+    assert metric(at, "Prefill tokens saved") == 19 * 992  # 62 full 16-token blocks of the 1,000-token prefix
+    thread, stop = _cancel_once_running(gate)
+    try:
+        at.number_input(key="frag.pf_requests").set_value(30).run()  # 29 later requests: 28,768 tokens
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not at.exception and not gate.status().busy
+    assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
+    assert metric(at, "Prefill tokens saved") == 19 * 992  # the 20-request run's figures, still there
+    stale = next(c.value for c in at.caption if "**Stale**" in c.value)
+    assert "run-results-prefix-main" in stale and "opacity: 0.45" in stale
+    at.button(key="run.prefix.main.again").click().run()
+    assert not at.warning and metric(at, "Prefill tokens saved") == 29 * 992
+
+
+def _set_large_sharing(at: AppTest) -> None:
+    """100 requests of a 2,000-token system prompt and 1,000 own tokens at B = 1: about 300,000
+    block-manager calls, over the threshold below which a sharing run skips the queue."""
+    at.number_input(key="frag.share_requests").set_value(100)
+    at.number_input(key="frag.user").set_value(1000)
+    at.number_input(key="frag.system").set_value(2000)
+    at.select_slider(key="frag.block").set_value(1)
+
+
+def test_a_large_sharing_run_stops_between_steps_and_keeps_the_last_figures():
+    gate = GpuGate()
+    at = open_page(query={"tab": "sharing", "seed": "211"}, session={GATE_HOOK: gate})
+    assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 83  # 31 + 4 × 13 at B = 16
+    thread, stop = _cancel_once_running(gate)
+    try:
+        _set_large_sharing(at)
+        at.run()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not at.exception and not gate.status().busy
+    assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
+    assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 83
+    assert "run-results-sharing-main" in next(c.value for c in at.caption if "**Stale**" in c.value)
+
+
+def test_a_large_sharing_run_queues_behind_another_session_and_a_small_one_does_not():
+    gate = GpuGate()
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with gate.hold("simulating over time"):
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    assert holding.wait(5)
+    try:
+        at = open_page(query={"tab": "sharing", "seed": "212"}, session={GATE_HOOK: gate})
+        # The default scenarios take milliseconds: they run at once, beside the other session's run.
+        assert gate.status().busy and not any("queued" in c.value for c in at.caption)
+        assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 83
+        _set_large_sharing(at)
+        threading.Timer(1.0, release.set).start()  # the page reaches its run well within this, then queues
+        at.run()
+    finally:
+        release.set()
+        thread.join(5)
+    queued = next(c.value for c in at.caption if "queued" in c.value)
+    assert "behind another session's run" in queued
+    # B = 1: 500 + 4 × 200 = 1,300 blocks shared against 4 × 700 = 2,800.
+    assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 1300
+
+
 # ---- the sidebar follows the open tab --------------------------------------------------------------
 SIDEBAR = {"frag.source": "selectbox", "frag.mean": "slider", "frag.sigma": "slider",
            "frag.prompt_share": "slider", "frag.n": "number_input", "frag.seed": "number_input",

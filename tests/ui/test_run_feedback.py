@@ -63,7 +63,7 @@ def test_styles_name_the_tab_containers():
         "prefix", "#ffffff")
 
 
-def _script(store, steps):
+def _script(store, steps, queue=True):
     """A tab with one run of ``steps`` progress steps of 3 ms; its value is the setting "n" times 10."""
     import time
 
@@ -80,14 +80,14 @@ def _script(store, steps):
             progress(step / steps)
         return n * 10
 
-    run = feedback.run(("demo", n), "counting", compute)
+    run = feedback.run(("demo", n), "counting", compute, queue=queue)
     if run.value is not None:
         with feedback.results():
             st.metric("value", run.value)
 
 
-def _app(gate, steps=100):
-    at = AppTest.from_function(_script, args=(ResultStore(), steps), default_timeout=30)
+def _app(gate, steps=100, queue=True):
+    at = AppTest.from_function(_script, args=(ResultStore(), steps, queue), default_timeout=30)
     at.session_state[GATE_HOOK] = gate
     return at
 
@@ -139,3 +139,26 @@ def test_a_run_queued_behind_another_session_says_how_long_it_waited():
     waited = next(c.value for c in at.caption if "queued" in c.value)
     seconds = float(waited.split("queued ")[1].split(" s")[0])
     assert 0.5 <= seconds <= 5 and "behind another session's run" in waited
+
+
+def test_a_run_that_skips_the_queue_does_not_wait_for_another_sessions_run():
+    gate = GpuGate()
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with gate.hold("simulating over time"):
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    assert holding.wait(5)
+    try:
+        at = _app(gate, steps=1, queue=False).run(timeout=5)
+        # Done while the other run still holds the gate: nothing waited, nothing says it queued.
+        assert gate.status().busy
+    finally:
+        release.set()
+        thread.join(5)
+    assert [m.value for m in at.metric] == ["10"] and not at.exception
+    assert not any("queued" in c.value.lower() for c in at.caption)
