@@ -2,8 +2,10 @@
 
 Disaggregated prefill/decode pools beside the aggregated deployment for one load, each pool's
 figures with their formulas, the role table with its launch commands, and the Pareto chart of
-every layout; the same record ``python -m planner cluster --json --pareto`` prints. Every
-control is in the URL; a refusal names the widget and the last good plan stays on screen.
+every layout; the same record ``python -m planner cluster --json --pareto`` prints. "Simulate the
+decode pool" adds the record ``--simulate`` adds (one DP rank of the decode pool beside one of the
+aggregated pool over time). Every control is in the URL; a refusal names the widget and the last
+good plan stays on screen.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ from hardware.gpus import DEFAULT_GPU, GPU_IDS, get_gpu
 from hardware.links import LINK_IDS, MAX_NICS, get_link
 from inputs.bounds import Bound
 from inputs.errors import InputError
+from planner.cluster import occupancy
 from planner.cluster.launch import CONNECTORS
-from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record
+from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record, occupancy_record
 from planner.cluster.replica import MAX_RATE
 from sizing.precisions import PRECISION_NAMES
 from sizing.presets import PRESET_IDS, get_preset
+from ui.cluster_occupancy_view import occupancy_controls, show_occupancy
 from ui.cluster_view import render_cluster
 from ui.field_labels import CLUSTER_LABELS, page_message
 from ui.glossary_view import render_glossary
@@ -31,6 +35,8 @@ PP_CHOICES = (1, 2, 3, 4)
 DP_CHOICES = (1, 2, 4, 8)
 WEIGHT_CHOICES = ("bf16", "fp8", "int8", "int4")
 LAST_GOOD = "cluster.last_record"
+# A browser's number input holds integers exactly up to 2⁵³ − 1, below the simulator's own seed cap.
+SEED_MAX = min(occupancy.MAX_SEED, 2**53 - 1)
 
 
 def _bound(field: str, low: float, high: float, integer: bool = False) -> Bound:
@@ -56,12 +62,21 @@ state = PageState("cluster", [
     NumberField("ttft", "ttft_ms", 0, _bound("ttft", 0, 100_000, True)),
     *_role_fields("p"), *_role_fields("d"),
     ChoiceField("conn", "connector", "nixl", tuple(CONNECTORS)),
+    FlagField("sim", "simulate", False),
+    NumberField("simn", "sim_requests", occupancy.DEFAULT_REQUESTS,
+                _bound("sim_requests", 1, occupancy.MAX_REQUESTS, True)),
+    NumberField("simseed", "sim_seed", 0, _bound("sim_seed", 0, SEED_MAX, True)),
 ])
 
 
 @st.cache_data(show_spinner="Sweeping the layouts…", max_entries=64)
 def _record(inputs: ClusterPageInputs) -> dict:
     return cluster_record(inputs)
+
+
+@st.cache_data(show_spinner="Simulating the decode and aggregated pools…", max_entries=16)
+def _occupancy(inputs: ClusterPageInputs, requests: int, seed: int) -> dict:
+    return occupancy_record(inputs, requests=requests, seed=seed)
 
 
 def _role_controls(prefix: str, title: str) -> None:
@@ -120,10 +135,11 @@ inputs = ClusterPageInputs(
     nics=int(value("nics")), rate=float(value("rate")), prompt_tokens=int(value("prompt")),
     output_tokens=int(value("output")), tpot_ms=float(value("tpot_ms")), ttft_ms=float(value("ttft_ms")),
     prefill=_role("p"), decode=_role("d"), connector=value("connector"))
-record = None
+record, current = None, False
 try:
     record = _record(inputs)
     st.session_state[LAST_GOOD] = record
+    current = True
 except InputError as exc:
     st.error(page_message(exc, CLUSTER_LABELS), icon=":material/error:")
     record = st.session_state.get(LAST_GOOD)
@@ -132,3 +148,7 @@ except InputError as exc:
 if record is not None:
     st.caption(f"{record['model']} on {record['gpu']}; {record['bandwidth_label']}")
     render_cluster(record)
+
+occupancy_controls(key, seed_max=SEED_MAX)
+if value("simulate"):
+    show_occupancy(lambda: _occupancy(inputs, int(value("sim_requests")), int(value("sim_seed"))), current=current)

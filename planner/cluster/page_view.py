@@ -6,6 +6,10 @@ layouts, and returns the record ``python -m planner cluster --json --pareto`` pr
 same choices (:func:`planner.cluster.launch.plan_record`), so the page and the CLI show one
 computation. A layout field of 0 means "choose": a role given no TP gets the smallest layout
 that holds one of its sequences (:func:`~planner.cluster.replica.fitting_layout`).
+
+:func:`occupancy_record` runs the same plan's decode pool beside its aggregated pool through the
+over-time simulator (:mod:`planner.cluster.occupancy`), the record
+``python -m planner cluster --simulate --json`` prints under ``"occupancy"``.
 """
 
 from __future__ import annotations
@@ -15,14 +19,16 @@ from typing import Any
 
 from hardware.gpus import get_gpu
 from planner.bandwidth import choose_estimate
+from planner.cluster import occupancy
 from planner.cluster.launch import plan_record
 from planner.cluster.parallel import ParallelLayout, routed_expert_params
+from planner.cluster.pools import compare
 from planner.cluster.replica import ClusterSpec, Load, fitting_layout
-from sizing.checkpoints import checkpoint_for
+from sizing.checkpoints import Launchable, checkpoint_for
 from sizing.precisions import get_precision
 from sizing.presets import get_preset
 
-__all__ = ["RoleLayout", "ClusterPageInputs", "cluster_record"]
+__all__ = ["RoleLayout", "ClusterPageInputs", "cluster_record", "occupancy_record"]
 
 
 @dataclass(frozen=True)
@@ -65,9 +71,19 @@ def _layout(spec: ClusterSpec, load: Load, role: str, given: RoleLayout) -> Para
     return ParallelLayout(tp=given.tp, pp=given.pp, dp=given.dp, ep=given.ep)
 
 
-def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[str, Any]:
-    """The CLI's record for these choices (with the Pareto sweep unless ``pareto`` is False);
-    a refusal is an :class:`~inputs.errors.InputError` naming its field (``decode_tp``, ``rate``)."""
+@dataclass(frozen=True)
+class _Plan:
+    """The library's inputs for one page question."""
+
+    spec: ClusterSpec
+    load: Load
+    prefill: ParallelLayout
+    decode: ParallelLayout
+    launchable: Launchable
+    notes: tuple[str, ...]
+
+
+def _plan(inputs: ClusterPageInputs) -> _Plan:
     entry = get_preset(inputs.model)
     model = entry.shape
     estimate, notes = choose_estimate(inputs.bandwidth_source)
@@ -82,6 +98,25 @@ def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[st
                 ttft_target_s=inputs.ttft_ms / 1e3 if inputs.ttft_ms else None)
     launchable = checkpoint_for(repo=entry.repo, own_format=model.weight_format, weight_format=weights.name,
                                 preset_id=entry.id)
-    return plan_record(spec, load, prefill=_layout(spec, load, "prefill", inputs.prefill),
-                       decode=_layout(spec, load, "decode", inputs.decode), aggregated=None, launchable=launchable,
-                       connector=inputs.connector, notes=tuple(notes), pareto=pareto)
+    return _Plan(spec=spec, load=load, prefill=_layout(spec, load, "prefill", inputs.prefill),
+                 decode=_layout(spec, load, "decode", inputs.decode), launchable=launchable, notes=tuple(notes))
+
+
+def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[str, Any]:
+    """The CLI's record for these choices (with the Pareto sweep unless ``pareto`` is False);
+    a refusal is an :class:`~inputs.errors.InputError` naming its field (``decode_tp``, ``rate``)."""
+    plan = _plan(inputs)
+    return plan_record(plan.spec, plan.load, prefill=plan.prefill, decode=plan.decode, aggregated=None,
+                       launchable=plan.launchable, connector=inputs.connector, notes=plan.notes, pareto=pareto)
+
+
+def occupancy_record(inputs: ClusterPageInputs, *, requests: int = occupancy.DEFAULT_REQUESTS,
+                     seed: int = 0) -> dict[str, Any]:
+    """The decode pool and the aggregated pool of these choices over time, one DP rank each over
+    ``requests`` requests (at most :data:`~planner.cluster.occupancy.MAX_REQUESTS`, as the CLI's
+    ``--sim-requests``), seeded: :meth:`~planner.cluster.occupancy.Occupancy.as_record`. Refusals
+    name ``sim_requests`` or ``sim_seed`` (a run past its wall-clock budget names ``sim_requests``)."""
+    plan = _plan(inputs)
+    comparison = compare(plan.spec, plan.load, prefill=plan.prefill, decode=plan.decode)
+    return occupancy.simulate_occupancy(plan.spec, comparison, requests=requests, seed=seed,
+                                        deadline=occupancy.Deadline(field="sim_requests")).as_record()

@@ -68,3 +68,55 @@ def test_formats_go_by_their_glossary_names():
     assert at.selectbox(key="cluster.w").options == ["BF16", "FP8 (e4m3)", "INT8", "INT4"]
     assert at.selectbox(key="cluster.kv").value == "int4"  # the option value stays the URL's and the code's
     assert any(e.label == "Glossary" for e in at.sidebar.expander)
+
+
+def _cli_occupancy(capsys, *argv: str) -> dict:
+    assert cluster_cli.main(["--json", "--simulate", *argv]) == 0
+    return json.loads(capsys.readouterr().out)["occupancy"]
+
+
+def _pool_metrics(at, name: str) -> tuple[str, str, str]:
+    return tuple(metric_text(at, f"{figure} KV blocks ({name})") for figure in ("Peak", "Mean")) + (
+        metric_text(at, f"Preemptions ({name})"),)
+
+
+def test_simulating_shows_the_clis_decode_pool_beside_the_aggregated_pool(capsys):
+    at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200", "kv": "bf16", "sim": "1", "simn": "200"})
+    # The same plan through the CLI: its options, not the page's inputs, build the run.
+    cli = _cli_occupancy(capsys, "--model", "llama-3.1-70b", "--gpu", "h200", "--kv-dtype", "bf16",
+                         "--sim-requests", "200")
+    assert [p["role"] for p in cli["pools"]] == ["decode", "aggregated"] and not cli["skipped"]
+    for pool, name in zip(cli["pools"], ("decode pool", "aggregated pool"), strict=True):
+        assert _pool_metrics(at, name) == (f"{pool['peak_blocks']:,} of {pool['kv_blocks']:,}",
+                                           f"{pool['mean_blocks']:,.1f}", f"{pool['preemptions']:,}")
+        # Every request of a run this light finishes: 200 arrivals, none turned away.
+        assert pool["completed"] == 200 and pool["rejected"] == 0
+    table = at.dataframe[-1].value
+    assert list(table["Pool"]) == ["Disaggregated decode pool", "Aggregated pool"]
+    assert list(table["Completed"]) == ["200", "200"]
+    assert at.query_params["sim"] == "1" and at.query_params["simn"] == "200"
+
+
+def test_the_toggle_runs_the_simulation_and_keeps_its_controls_in_the_url():
+    at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200"})
+    assert not [m for m in at.metric if "KV blocks" in m.label]  # nothing is simulated until asked
+    at.number_input(key="cluster.sim_requests").set_value(100)
+    at.number_input(key="cluster.sim_seed").set_value(7)
+    at.toggle(key="cluster.simulate").set_value(True).run()
+    assert not at.exception
+    assert (at.query_params["sim"], at.query_params["simn"], at.query_params["simseed"]) == ("1", "100", "7")
+    peak, _, blocks = metric_text(at, "Peak KV blocks (decode pool)").partition(" of ")
+    assert 0 < int(peak.replace(",", "")) <= int(blocks.replace(",", ""))  # in use at some moment, within the cache
+    assert "100 Poisson arrivals" in texts(at.caption) and "seed 7" in texts(at.caption)
+    assert list(at.dataframe[-1].value["Completed"]) == ["100", "100"]
+
+
+def test_a_request_count_past_the_clis_cap_is_ignored_and_a_broken_plan_is_not_simulated():
+    at = open_page(PAGE, {"simn": "20001", "simseed": "-1"})
+    assert "simn" in texts(at.caption) and "simseed" in texts(at.caption)
+    assert at.number_input(key="cluster.sim_requests").value == 1000  # the CLI's --sim-requests default
+    at.selectbox(key="cluster.dtp").set_value(2).run()
+    at.checkbox(key="cluster.dep").check()  # expert parallelism on a dense model: the plan is refused
+    at.toggle(key="cluster.simulate").set_value(True).run()
+    assert "Fix the plan's inputs above" in texts(at.caption)
+    assert not [m for m in at.metric if "KV blocks" in m.label]
