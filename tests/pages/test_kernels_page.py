@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 from streamlit.testing.v1 import AppTest
 
 from kernels.bench.live import Backend
@@ -575,6 +576,19 @@ def test_the_shipped_layer_mix_is_shown_without_a_gpu():
     at.selectbox(key="kernels.mix.model").set_value("qwen2.5-7b")
     at.selectbox(key="kernels.mix.tp").set_value(8).run()
     assert "**TP degree (layer mix)**: TP 8 does not divide the 28 query heads" in _texts(at.error)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no CUDA device exists")
+def test_a_live_layer_mix_goes_through_the_gpu_gate_and_reports_a_failure():
+    # With a GPU backend the section offers a run; here (no CUDA device) the kernels refuse, and
+    # the page says why, keeps the shipped figures and leaves the gate free for the next session.
+    gate = GpuGate()
+    at = _app(Backend(gpu=True, device="fake", run=_refuse), shipped_dir=RESULTS_DIR, kernels_gate=gate).run()
+    at.button(key="k_mix_run").click().run()
+    assert not at.exception
+    assert "needs a CUDA GPU" in _texts(at.warning) and not gate.status().busy
+    frame = next(d.value for d in at.dataframe if "Share of attention time" in d.value.columns).set_index("Layer kind")
+    assert frame.loc["Full attention + sinks", "µs per layer"] == "510.1"  # still the shipped point
 
 
 def test_the_shipped_mla_run_is_shown_without_a_gpu():
