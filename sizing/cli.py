@@ -45,6 +45,7 @@ from sizing.engine.cli import (
     add_engine_arguments,
     engine_request_from_args,
     format_engine,
+    pp_layer_partition_arg,
     run_engine,
 )
 from sizing.errors import ConfigError
@@ -241,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_workload_arguments(parser)
     add_hardware_arguments(parser)
     add_engine_arguments(parser)
+    parser.add_argument("--pp-layer-partition", type=pp_layer_partition_arg, metavar="N,N,...",
+                        help="with --engine vllm: vLLM's VLLM_PP_LAYER_PARTITION, the layers of each pipeline stage "
+                             "(16,32: PP 2); the engine figures are then the stage's that holds the fewest requests")
     return parser
 
 
@@ -517,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args = build_parser().parse_args(argv)
+        if args.pp_layer_partition is not None and not args.engine:
+            raise UsageError("argument --pp-layer-partition: sizes the engine's pipeline stages; give --engine vllm")
         request = request_from_args(args)
         report = size_deployment(request)
         answer = answer_for(report, engine_settings_from_args(args))

@@ -7,6 +7,11 @@ Without a model option the log's own model name is matched to the catalogue
 0: every figure parsed, the catalogue models whose KV bytes fit them, what a reconstruction
 would need, and the fix for a refused start-up.
 
+Under pipeline parallelism (``--pp``, or the log's ``pipeline_parallel_size``) the layer split is
+``--pp-layer-partition 16,32`` when given, else the one the log's text states
+(``VLLM_PP_LAYER_PARTITION=…`` in a pasted command, or vLLM's "Hidden layers were unevenly
+partitioned: [14,13]"), else vLLM's even split.
+
 It sits above both CLIs: the model options come from :mod:`sizing.cli` and the engine's bounds
 from :mod:`sizing.engine.cli`, which therefore needs nothing from :mod:`sizing.cli`.
 """
@@ -19,22 +24,25 @@ from collections.abc import Sequence
 
 from inputs.cli import OneLineParser, arg_type, choice, run_cli
 from inputs.uploads import dumps_strict, read_capped, read_path_capped
+from inputs.bounds import Bound
 from sizing.cli import BLOCK_SIZE, CONTEXT, _tp_degree, add_model_arguments, model_from_args, option_for_field
 from sizing.engine.cli import (
     BATCHED_TOKENS, ENGINE_OPTION_FOR_FIELD, NUM_SEQS, activation_from_config, add_hybrid_arguments,
-    hybrid_options_from_args, vllm_version_arg,
+    hybrid_options_from_args, pp_layer_partition_arg, vllm_version_arg,
 )
 from sizing.engine.explain import explain_log
 from sizing.engine.startup_fix import startup_fix
 from sizing.engine.groups import GroupingRule
 from sizing.engine.log_model import identify_log_model
 from sizing.engine.memory import ActivationShape
+from sizing.engine.pipeline import MAX_PP, log_layer_partition
 from sizing.engine.vllm_log import MAX_LOG_BYTES, ParsedLog, parse_vllm_log
 from sizing.presets import get_preset
 
 __all__ = ["explain_main"]
 
 PROG = "python -m sizing explain-log"
+PP = Bound(field="pp", low=1, high=MAX_PP, integer=True, unit="stages")
 
 
 def _explain_parser() -> argparse.ArgumentParser:
@@ -43,6 +51,10 @@ def _explain_parser() -> argparse.ArgumentParser:
     add_model_arguments(parser)
     group = parser.add_argument_group("settings the log may not state")
     group.add_argument("--tp", type=_tp_degree, metavar="N", help="tensor-parallel size")
+    group.add_argument("--pp", type=arg_type(PP), metavar="N", help="pipeline-parallel size (1 to 64)")
+    group.add_argument("--pp-layer-partition", type=pp_layer_partition_arg, metavar="N,N,...",
+                       help="vLLM's VLLM_PP_LAYER_PARTITION, the layers of each stage (16,32); sets --pp when the "
+                            "log does not; default: the log's, else vLLM's even split")
     group.add_argument("--kv-dtype", type=choice(("bf16", "fp16", "fp32", "fp8")), metavar="{bf16,fp16,fp32,fp8}")
     group.add_argument("--context", type=arg_type(CONTEXT), metavar="TOKENS", help="max_model_len")
     group.add_argument("--block-size", type=arg_type(BLOCK_SIZE), metavar="N")
@@ -86,7 +98,9 @@ def explain_main(argv: Sequence[str] | None = None) -> int:
 
     def body() -> int:
         args = _explain_parser().parse_args(argv)
-        parsed = parse_vllm_log(_log_bytes(args.path))
+        raw = _log_bytes(args.path)
+        parsed = parse_vllm_log(raw)
+        partition = args.pp_layer_partition or log_layer_partition(raw.decode("utf-8", "replace"))
         manual = any(getattr(args, n) is not None for n in ("layers", "q_heads", "kv_heads", "head_dim", "params"))
         activation = None
         identified = identify_log_model(parsed)
@@ -102,7 +116,8 @@ def explain_main(argv: Sequence[str] | None = None) -> int:
                 activation = activation_from_config(args.config)
             elif args.model is not None and not manual:
                 activation = ActivationShape.from_config(get_preset(args.model).config)
-        explanation = explain_log(parsed, model, activation=activation, tp=args.tp, kv_dtype=args.kv_dtype,
+        explanation = explain_log(parsed, model, activation=activation, tp=args.tp, pp=args.pp,
+                                  pp_layer_partition=partition, kv_dtype=args.kv_dtype,
                                   max_model_len=args.context, block_size=args.block_size,
                                   max_num_batched_tokens=args.max_num_batched_tokens,
                                   max_num_seqs=args.max_num_seqs, rule=args.engine_rule,

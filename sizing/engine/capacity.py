@@ -16,12 +16,18 @@ The weights are the sizer's checkpoint figure ÷ TP, plus, for MXFP4 experts, th
 MoE kernel vLLM picks for the GPU (:mod:`sizing.engine.mxfp4`). ``vllm_version`` picks how "GPU KV
 cache size" is counted (:func:`~sizing.engine.groups.reported_kv_tokens`) and, before 0.21,
 leaves the CUDA-graph estimate out.
+
+``pp_layer_partition`` (vLLM's ``VLLM_PP_LAYER_PARTITION``, "16,32") plans one pipeline stage
+of a PP deployment, PP being the partition's count (:mod:`sizing.engine.pipeline`): the stage's
+layers and its share of the weights, the sampler on the last stage only. One request is checked
+as the release checks it: vLLM 0.14–0.16 against every stage's layers merged, other releases
+against the stage's own.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any
 
@@ -47,6 +53,13 @@ from sizing.engine.memory import (
     memory_profile,
 )
 from sizing.engine.mxfp4 import AUTO, ExpertShape, Mxfp4Backend, check_backend_name, padded_sizes, resolve_backend
+from sizing.engine.pipeline import (
+    OneRequestRule,
+    one_request_rule,
+    parse_layer_partition,
+    partition_counts,
+    pipeline_stage,
+)
 from sizing.errors import NoKVRoom, SizingError
 from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.precisions import Precision, get_precision
@@ -75,7 +88,10 @@ class EngineRequest:
     backend vLLM picks on the GPU, :func:`sizing.engine.mxfp4.default_backend`). ``vllm_version``
     (default :data:`~sizing.engine.groups.DEFAULT_VLLM_VERSION`, the newest release the rules were
     checked against) picks how "GPU KV cache size" is counted; before 0.21 the CUDA graphs are
-    not subtracted, as with ``cuda_graphs_profiled=False``.
+    not subtracted, as with ``cuda_graphs_profiled=False``. ``pp_layer_partition`` ("16,32", or
+    the ints) makes the request one of a pipeline, one stage per count: ``pp_stage`` (0-based)
+    is planned, or, when None, every stage and the report is the one that holds the fewest
+    requests; ``weights_total_bytes`` stays the whole model's.
     """
 
     model: ModelShape | str
@@ -108,6 +124,8 @@ class EngineRequest:
     cuda_graph_bytes: int | None = None
     last_pp_stage: bool = True  # False: a pipeline stage before the last (no sampler, no logits)
     cuda_graphs_profiled: bool = True  # False: vLLM before 0.21 (CUDA graphs not subtracted)
+    pp_layer_partition: str | tuple[int, ...] | None = None  # VLLM_PP_LAYER_PARTITION: layers per stage
+    pp_stage: int | None = None  # the stage of pp_layer_partition planned; None: the one that binds
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,7 +143,7 @@ class EngineReport:
     max_concurrency: float
     blocks_per_request: int
     mxfp4_backend: Mxfp4Backend | None  # the kernel whose padding the MXFP4 experts carry; None: not MXFP4
-    request_bytes: int  # one request of max_model_len, over all layer slots
+    request_bytes: int  # one request of max_model_len, over all layer slots (every stage's under a merged check)
     fits_one_request: bool
     max_model_len_fit: int  # vLLM's estimate of the largest max_model_len that fits
     required_gpu_memory_utilization: float | None
@@ -161,6 +179,9 @@ class EngineReport:
             "engine_num_blocks": self.num_blocks,
             "engine_kv_cache_tokens": self.kv_cache_tokens,
             "engine_vllm_version": self.request.vllm_version,
+            "engine_pp_layer_partition": (None if self.request.pp_layer_partition is None else
+                                          ",".join(map(str, partition_counts(self.request.pp_layer_partition)))),
+            "engine_pp_stage": self.request.pp_stage,
             "engine_mxfp4_backend": None if self.mxfp4_backend is None else str(self.mxfp4_backend),
             "engine_max_concurrency": self.max_concurrency,
             "engine_blocks_per_request": self.blocks_per_request,
@@ -189,6 +210,10 @@ class _Inputs:
     release: tuple[int, int]
     mxfp4: Mxfp4Backend | None  # the MoE kernel holding MXFP4 experts; None: not MXFP4 (or not known)
     mxfp4_note: str = ""
+    whole: ModelShape | None = None  # the model of which ``model`` is one pipeline stage
+    partition: tuple[int, ...] | None = None  # layers per stage
+    stage: int = 0
+    last_stage: bool = True
 
 
 def _resolve(request: EngineRequest) -> _Inputs:
@@ -214,6 +239,15 @@ def _resolve(request: EngineRequest) -> _Inputs:
     kv = get_precision(request.kv_dtype, field="kv_dtype")
     weights = get_precision(request.weight_dtype, group_size=request.weight_group_size, field="weight_dtype")
     release = vllm_release(request.vllm_version)
+    whole = partition = None
+    stage, last_stage = 0, request.last_pp_stage
+    if request.pp_layer_partition is not None:
+        pp = len(partition_counts(request.pp_layer_partition))
+        partition = parse_layer_partition(request.pp_layer_partition, model.layers, pp)
+        stage = 0 if request.pp_stage is None else check_int("pp_stage", request.pp_stage, low=0, high=pp - 1)
+        last_stage = request.last_pp_stage and stage == pp - 1
+        if pp > 1:
+            whole, model = model, pipeline_stage(model, pp, stage, partition)
     check_int("max_model_len", request.max_model_len, high=MAX_TOKENS)
     check_int("max_num_batched_tokens", request.max_num_batched_tokens, high=1 << 24)
     check_int("max_num_seqs", request.max_num_seqs, high=1 << 20)
@@ -227,7 +261,8 @@ def _resolve(request: EngineRequest) -> _Inputs:
             check_int(name, value, low=0 if name != "total_bytes_per_gpu" else 1, high=1 << 50)
     backend, note = _mxfp4_backend(request, model, gpu, weights, activation)
     return _Inputs(model=model, repo=request.model_repo or repo, gpu=gpu, kv=kv, weights=weights,
-                   activation=activation, release=release, mxfp4=backend, mxfp4_note=note)
+                   activation=activation, release=release, mxfp4=backend, mxfp4_note=note, whole=whole,
+                   partition=partition, stage=stage, last_stage=last_stage)
 
 
 def _mxfp4_backend(request: EngineRequest, model: ModelShape, gpu: GPU, weights: Precision,
@@ -272,6 +307,8 @@ def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) 
         total_weights = request.weights_total_bytes
         if total_weights is None:
             total_weights = engine_weight_bytes(inp.model, inp.weights).bytes
+        elif inp.whole is not None:  # the whole model's bytes: the stage holds its share of the layers
+            total_weights = math.ceil(Fraction(total_weights * inp.model.layers, inp.whole.layers))
         weights = math.ceil(Fraction(total_weights, tp))
         if inp.mxfp4 is not None:
             experts = _experts(inp)
@@ -291,7 +328,7 @@ def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) 
         activation_bytes=request.activation_bytes, non_torch=request.non_torch_bytes,
         cuda_graph=request.cuda_graph_bytes,
         available_bytes=request.kv_budget_bytes_per_gpu if tp == request.tp else None,
-        last_pp_stage=request.last_pp_stage, cuda_graphs_profiled=graphs_profiled,
+        last_pp_stage=inp.last_stage, cuda_graphs_profiled=graphs_profiled,
     )
 
 
@@ -309,12 +346,16 @@ def _required_utilization(profile: MemoryProfile, layout: KVCacheLayout, request
     return float(utilization) if utilization <= 1 else None
 
 
+def _layout(request: EngineRequest, inp: _Inputs, tp: int, model: ModelShape | None = None) -> KVCacheLayout:
+    return kv_cache_layout(model or inp.model, inp.kv, tp=tp, block_size=request.block_size, rule=request.rule,
+                           attention_backend=request.attention_backend,
+                           kernel_block_alignment=request.kernel_block_alignment,
+                           speculative_tokens=request.speculative_tokens)
+
+
 def _figures(request: EngineRequest, inp: _Inputs, tp: int, utilization: float):
     profile = _profile(request, inp, tp, utilization)
-    layout = kv_cache_layout(inp.model, inp.kv, tp=tp, block_size=request.block_size, rule=request.rule,
-                             attention_backend=request.attention_backend,
-                             kernel_block_alignment=request.kernel_block_alignment,
-                             speculative_tokens=request.speculative_tokens)
+    layout = _layout(request, inp, tp)
     blocks = layout.num_blocks(profile.available_bytes)
     return profile, layout, blocks
 
@@ -357,7 +398,7 @@ def _no_room(request: EngineRequest, inp: _Inputs, profile: MemoryProfile, layou
     if runtime is profile.activation and runtime.bytes > profile.weights.bytes:
         rows = min(request.max_num_seqs, request.max_num_batched_tokens)
         tokens = request.max_num_batched_tokens
-        sampler = SAMPLER_VOCAB_COPIES * rows * inp.activation.vocab * LOGIT_BYTES if request.last_pp_stage else 0
+        sampler = SAMPLER_VOCAB_COPIES * rows * inp.activation.vocab * LOGIT_BYTES if inp.last_stage else 0
         field_name, driver = (("max_num_seqs", f"the sampler over {rows:,} rows (max_num_seqs)")
                               if sampler >= runtime.bytes else
                               ("max_num_batched_tokens", f"the forward pass of {tokens:,} tokens (max_num_batched_tokens)"))
@@ -372,14 +413,30 @@ def plan_engine(request: EngineRequest) -> EngineReport:
     Raises :class:`~sizing.errors.NoKVRoom` when the KV budget cannot hold a single block,
     naming the input that drives the term taking the memory (see :func:`_no_room`).
     """
+    if request.pp_layer_partition is not None and request.pp_stage is None:
+        stages = len(partition_counts(request.pp_layer_partition))
+        if stages > 1:  # vLLM gives every worker the smallest pool: the stage holding the fewest binds
+            reports = [plan_engine(replace(request, pp_stage=s)) for s in range(stages)]
+            return min(reports, key=lambda r: (r.fits_one_request, r.max_concurrency))
     inp = _resolve(request)
     profile, layout, blocks = _figures(request, inp, request.tp, request.gpu_memory_utilization)
     if blocks == 0:
         raise _no_room(request, inp, profile, layout)
     concurrency = layout.max_concurrency(blocks, request.max_model_len, request.max_num_batched_tokens)
-    per_request = layout.request_bytes(request.max_model_len, request.max_num_batched_tokens)
+    merged = inp.whole is not None and one_request_rule(inp.release) is OneRequestRule.MERGED
+    checked = _layout(request, inp, request.tp, inp.whole) if merged else layout
+    per_request = checked.request_bytes(request.max_model_len, request.max_num_batched_tokens)
     limit = inp.model.max_context or MAX_TOKENS
     notes = []
+    if inp.whole is not None:
+        start = sum(inp.partition[:inp.stage])
+        notes.append(f"PP stage {inp.stage} of {len(inp.partition)} (VLLM_PP_LAYER_PARTITION="
+                     f"{','.join(map(str, inp.partition))}): layers {start}–{start + inp.model.layers - 1} of "
+                     f"{inp.whole.layers}, {'with' if inp.last_stage else 'without'} the sampler")
+    if merged:
+        notes.append(f"vLLM {request.vllm_version} checks one request against every stage's layers merged (all "
+                     f"{inp.whole.layers}: get_kv_cache_configs of 0.14–0.16, which 0.17 replaced by each worker's "
+                     "own), so the request and the largest max_model_len here count them all")
     if per_request > profile.available_bytes:
         notes.append(f"vLLM would refuse to start: one request of {request.max_model_len:,} tokens needs "
                      f"{per_request / GiB:.2f} GiB, more than the {profile.available_bytes / GiB:.2f} GiB available")
@@ -395,7 +452,8 @@ def plan_engine(request: EngineRequest) -> EngineReport:
     kv_pool = blocks * layout.bytes_per_block_all_layers
     runtime = profile.activation.bytes + profile.non_torch.bytes + profile.cuda_graph.bytes
     fraction = sglang_mem_fraction(profile.total.bytes, weights_per_gpu, runtime, kv_pool)
-    launch = LaunchPlan(model_repo=inp.repo, tp=request.tp, kv_dtype=inp.kv.name, max_model_len=request.max_model_len,
+    launch = LaunchPlan(model_repo=inp.repo, tp=request.tp, pp=1 if inp.whole is None else len(inp.partition),
+                        kv_dtype=inp.kv.name, max_model_len=request.max_model_len,
                         gpu_memory_utilization=request.gpu_memory_utilization,
                         max_num_seqs=min(request.max_num_seqs, max(1, users or request.max_num_seqs)),
                         block_size=request.block_size, max_num_batched_tokens=request.max_num_batched_tokens)
@@ -406,13 +464,20 @@ def plan_engine(request: EngineRequest) -> EngineReport:
                                            tokens_rule(inp.release)),
         blocks_per_request=layout.blocks_per_request(request.max_model_len, request.max_num_batched_tokens),
         request_bytes=per_request, fits_one_request=per_request <= profile.available_bytes,
-        max_model_len_fit=layout.max_model_len(profile.available_bytes, limit, request.max_num_batched_tokens),
+        max_model_len_fit=checked.max_model_len(profile.available_bytes, limit, request.max_num_batched_tokens),
         required_gpu_memory_utilization=_required_utilization(profile, layout, request),
         smallest_tp=_smallest_tp(request, inp), replicas_for_users=replicas,
         sglang_max_total_tokens=sglang_max_total_tokens(
             total_bytes=profile.total.bytes, weights_bytes=weights_per_gpu, mem_fraction_static=fraction,
             model=inp.model, tp=request.tp, kv_bytes_per_value=inp.kv.bytes_per_value),
         sglang_mem_fraction_static=fraction,
-        launch_command=vllm_command(launch), launch_command_sglang=sglang_command(launch, fraction),
+        launch_command=_partitioned(vllm_command(launch), inp), launch_command_sglang=sglang_command(launch, fraction),
         notes=tuple(notes),
     )
+
+
+def _partitioned(command: str, inp: _Inputs) -> str:
+    """``command`` with ``VLLM_PP_LAYER_PARTITION`` set before it when the plan is a pipeline's."""
+    if inp.whole is None:
+        return command
+    return f"VLLM_PP_LAYER_PARTITION={','.join(map(str, inp.partition))} {command}"

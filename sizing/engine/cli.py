@@ -3,7 +3,9 @@
 
 Per-GPU budgets here (``--kv-budget-gib-per-gpu``, ``--activation-gib``, ``--non-torch-gib``,
 ``--cuda-graph-gib``, ``--gpu-total-gib``) are what vLLM logs for one GPU; the sizer's own
-``--kv-budget-gib`` stays the budget over the whole TP group.
+``--kv-budget-gib`` stays the budget over the whole TP group. ``--pp-layer-partition 16,32``
+(vLLM's ``VLLM_PP_LAYER_PARTITION``, read by :func:`pp_layer_partition_arg`) makes the engine
+request a pipeline's, one stage per count.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sizing.engine.groups import (
 )
 from sizing.engine.memory import ActivationShape
 from sizing.engine.mxfp4 import AUTO, MXFP4_BACKEND_CHOICES
+from sizing.engine.pipeline import partition_counts
 from sizing.errors import NoKVRoom
 from sizing.hf_config import MAX_CONFIG_BYTES
 from sizing.layers import MAX_SPECULATIVE_TOKENS
@@ -58,7 +61,7 @@ ENGINE_OPTION_FOR_FIELD = {
     "max_model_len": "--context", "total_bytes_per_gpu": "--gpu-total-gib", "log": "PATH",
     "attention_backend": "--attention-backend", "kernel_block_alignment": "--kernel-block-alignment",
     "speculative_tokens": "--speculative-tokens", "vllm_version": "--vllm-version",
-    "mxfp4_backend": "--mxfp4-backend",
+    "mxfp4_backend": "--mxfp4-backend", "pp_layer_partition": "--pp-layer-partition", "pp": "--pp",
 }
 
 
@@ -70,6 +73,17 @@ def vllm_version_arg(text: str) -> str:
     except ValueError as exc:  # InputError included: its message names the value
         raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
     return text
+
+
+def pp_layer_partition_arg(text: str) -> str:
+    """``--pp-layer-partition``: vLLM's ``VLLM_PP_LAYER_PARTITION``, whole layer counts per stage
+    ("16,32"), each at least 1, at most 64 stages; kept as comma-joined counts. Whether they add
+    up to the model's layers is checked once the model is known."""
+    try:
+        counts = partition_counts(text)
+    except ValueError as exc:  # SizingError included: its message names the value
+        raise argparse.ArgumentTypeError(getattr(exc, "message", str(exc))) from None
+    return ",".join(map(str, counts))
 
 
 def gib_bytes(value: float | None) -> int | None:
@@ -170,6 +184,7 @@ def engine_request_from_args(args: argparse.Namespace, model, gpu, weights_total
         kv_budget_bytes_per_gpu=gib_bytes(args.kv_budget_gib_per_gpu),
         activation_bytes=gib_bytes(args.activation_gib), non_torch_bytes=gib_bytes(args.non_torch_gib),
         cuda_graph_bytes=gib_bytes(args.cuda_graph_gib),
+        pp_layer_partition=getattr(args, "pp_layer_partition", None),
     )
 
 
@@ -212,7 +227,10 @@ def format_engine(output: EngineOutput) -> list[str]:
     if report is None:
         return ["", f"Engine (vLLM, per GPU): {output.refused}."]
     p, layout = report.profile, report.layout
-    lines = ["", f"Engine at TP {report.request.tp}, as asked (vLLM, per GPU, grouping rule {layout.rule}):"]
+    partition = report.request.pp_layer_partition
+    pp = 1 if partition is None else len(partition_counts(partition))
+    stage = "" if pp == 1 else f" × PP {pp}, stage {report.request.pp_stage} (the one holding the fewest requests)"
+    lines = ["", f"Engine at TP {report.request.tp}{stage}, as asked (vLLM, per GPU, grouping rule {layout.rule}):"]
     for term in p.terms:
         lines.append(f"  {term.name:<18} {term.bytes / GiB:>10,.2f} GiB  {'estimate' if term.estimated else 'given'}"
                      f" ({term.basis})")

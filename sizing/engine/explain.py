@@ -13,6 +13,11 @@ result by the context. vLLM differs in three places, each reported when it matte
 Printed GiB figures are rounded (to 0.01 GiB); a reconstruction is "within" when the logged
 figure lies in the range the rounded input allows. Ratios are compared to 0.5 %.
 
+Under pipeline parallelism the one-request check ("KV cache needed", "estimated maximum model
+length") follows the release (:func:`sizing.engine.pipeline.one_request_rule`): vLLM 0.14–0.16
+counted every stage's layers against the smallest worker's memory, other releases each worker's
+own layers.
+
 A log of a refused start-up (V1's "… GiB KV cache is needed, which is larger than the available
 KV cache memory …", V0's "max seq len … is larger than the maximum number of tokens that can be
 stored in KV cache …") gets :func:`sizing.engine.startup_fix.startup_fix`: the
@@ -22,7 +27,7 @@ stored in KV cache …") gets :func:`sizing.engine.startup_fix.startup_fix`: the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -39,7 +44,14 @@ from sizing.engine.groups import (
     vllm_release,
 )
 from sizing.engine.memory import ActivationShape, activation_peak_bytes
-from sizing.engine.pipeline import pipeline_stage, stage_layers
+from sizing.engine.pipeline import (
+    OneRequestRule,
+    one_request_rule,
+    parse_layer_partition,
+    partition_counts,
+    pipeline_stage,
+    stage_layers,
+)
 from sizing.engine.startup_fix import StartupFix, startup_fix
 from sizing.engine.vllm_log import ParsedLog
 from sizing.errors import SizingError
@@ -154,6 +166,7 @@ def explain_log(
     activation: ActivationShape | None = None,
     tp: int | None = None,
     pp: int | None = None,
+    pp_layer_partition: str | Sequence[int] | None = None,
     kv_dtype: str | None = None,
     max_model_len: int | None = None,
     block_size: int | None = None,
@@ -169,7 +182,12 @@ def explain_log(
     """Reproduce the figures of ``parsed`` for ``model``; arguments override what the log says.
 
     Under pipeline parallelism (``pp`` > 1) the figures are rebuilt for stage 0, the layers
-    rank 0 holds (the parser keeps rank 0's lines). With more than one worker (TP × PP > 1) a
+    rank 0 holds (the parser keeps rank 0's lines): vLLM's even split, or ``pp_layer_partition``
+    (``VLLM_PP_LAYER_PARTITION``, "16,32": the layers of each stage; it sets ``pp`` when neither
+    the argument nor the log does). A refusal's "KV cache needed" and "estimated maximum model
+    length" are checked by the release's rule: vLLM 0.14–0.16 count all the model's layers (the
+    stages merged), other releases one stage's; with the release unknown both are tried, and
+    the check says which the log matches. With more than one worker (TP × PP > 1) a
     token or block count below what the printed memory holds is another worker's smaller pool
     (vLLM keeps the smallest ``num_blocks`` of all workers); the check says so and names its GiB.
 
@@ -187,10 +205,14 @@ def explain_log(
     if prefix_caching is not None and not isinstance(prefix_caching, bool):
         raise SizingError("prefix_caching", f"expected True or False, got {type(prefix_caching).__name__}")
     release = None if vllm_version is None else vllm_release(vllm_version)
+    counts = None if pp_layer_partition is None else partition_counts(pp_layer_partition)
     missing: list[str] = []
     settings = {
         "tp": _setting("tp", parsed.tp, tp, 1),
-        "pp": _setting("pp", parsed.pp, pp, 1),
+        "pp": (_setting("pp", parsed.pp, pp, 1) if counts is None or parsed.pp or pp
+               else Setting(name="pp", value=len(counts), source="pp_layer_partition")),
+        "pp_layer_partition": _setting("pp_layer_partition", None,
+                                       None if counts is None else ",".join(map(str, counts)), None),
         "kv_dtype": _kv_dtype(parsed, kv_dtype),
         "max_model_len": _setting("max_model_len", parsed.max_model_len or parsed.concurrency_len, max_model_len,
                                   model.max_context or 8192),
@@ -216,11 +238,15 @@ def explain_log(
     # MambaSpec: one state page per request ("none" mode), two with prefix caching ("align"),
     # plus one per speculative token either way.
     state_blocks = (2 if v["prefix_caching"] else 1) + v["speculative_tokens"]
+    if counts is not None:
+        counts = parse_layer_partition(counts, model.layers, v["pp"])
+    whole = model
     if v["pp"] > 1:
-        held = stage_layers(model.layers, v["pp"], 0)
+        held = stage_layers(model.layers, v["pp"], 0, counts)
+        split = "VLLM_PP_LAYER_PARTITION" if counts is not None else "vLLM's get_pp_indices"
         missing.append(f"PP {v['pp']}: each stage sizes its own cache; rebuilt for stage 0 (rank 0), which holds "
-                       f"layers {held.start}–{held.stop - 1} of {model.layers} (vLLM's get_pp_indices)")
-        model = pipeline_stage(model, v["pp"], 0)
+                       f"layers {held.start}–{held.stop - 1} of {model.layers} ({split})")
+        model = pipeline_stage(model, v["pp"], 0, counts)
     if len({gib for _, gib in parsed.available_by_rank}) > 1:
         spread = sorted({gib for _, gib in parsed.available_by_rank})
         missing.append(f"ranks report {spread[0]:g}–{spread[-1]:g} GiB available: each worker sizes its cache from "
@@ -277,7 +303,11 @@ def explain_log(
                 relative_error=err, why=_concurrency_why(layout, conc_len, mnbt, naive, value)))
 
     _memory_checks(parsed, model, activation, v, checks, missing)
-    _length_checks(parsed, layout, mnbt, checks)
+    refused = parsed.needed_gib is not None or parsed.estimated_max_len is not None
+    views = (_one_request_views(whole, v["pp"], counts, release,
+                                lambda m: kv_cache_layout(m, precision, tp=v["tp"], **layout_options))
+             if refused else [("", model, layout)])
+    checked = _length_checks(parsed, views, mnbt, checks, release is not None)
     if parsed.padding_layers is not None:
         ours = sum(w.padding_layers for w in layout.warnings)
         checks.append(FigureCheck(
@@ -285,8 +315,8 @@ def explain_log(
             within=ours == parsed.padding_layers, relative_error=_relative(ours, parsed.padding_layers),
             why="equal-size KV-cache groups: " + ", ".join(g.label for g in layout.groups)))
     # The hybrid settings only move a model with Mamba / linear-attention state.
-    quiet = {"kernel_block_alignment"} | (set() if has_state else {"attention_backend", "speculative_tokens",
-                                                                    "prefix_caching"})
+    quiet = {"kernel_block_alignment", "pp_layer_partition"} | (
+        set() if has_state else {"attention_backend", "speculative_tokens", "prefix_caching"})
     for name, s in settings.items():
         if s.source != "default" or name in quiet:
             continue
@@ -296,7 +326,7 @@ def explain_log(
                                f"rule before {'.'.join(map(str, TOKENS_FROM_CONCURRENCY_SINCE))} and the one since")
             continue
         missing.append(f"{name} not in the log; assumed {s.value}")
-    fix = startup_fix(parsed, layout_at=lambda t: kv_cache_layout(model, precision, tp=t, **layout_options),
+    fix = startup_fix(parsed, layout_at=lambda t: kv_cache_layout(checked, precision, tp=t, **layout_options),
                       tp=v["tp"], max_model_len=length, max_num_batched_tokens=mnbt)
     return LogExplanation(parsed=parsed, settings=tuple(settings.values()), layout=layout, checks=tuple(checks),
                           not_reconstructed=tuple(missing), fix=fix)
@@ -432,28 +462,69 @@ def _memory_checks(parsed: ParsedLog, model: ModelShape, activation: ActivationS
                        "in the log: the available memory is taken as logged")
 
 
-def _length_checks(parsed: ParsedLog, layout: KVCacheLayout, mnbt: int, checks: list[FigureCheck]) -> None:
+def _one_request_views(whole: ModelShape, pp: int, counts: tuple[int, ...] | None, release: tuple[int, int] | None,
+                       layout_of: Callable[[ModelShape], KVCacheLayout]) -> list[tuple[str, ModelShape, KVCacheLayout]]:
+    """The layers a release's one-request check counts, as (words, model, layout), the release's
+    rule first: the whole model (the stages merged, vLLM 0.14–0.16) or each stage in turn (other
+    releases); both rules when the release is not known. One view of the model without PP."""
+    if pp == 1:
+        return [("", whole, layout_of(whole))]
+    rules = [one_request_rule(release)] if release is not None else list(OneRequestRule)
+    views = []
+    for rule in rules:
+        if rule is OneRequestRule.MERGED:
+            views.append((f"vLLM 0.14–0.16 check one request against every stage's layers merged "
+                          f"(all {whole.layers}, get_kv_cache_configs) and the smallest worker's memory", whole,
+                          layout_of(whole)))
+            continue
+        for stage in range(pp):
+            part = pipeline_stage(whole, pp, stage, counts)
+            views.append((f"vLLM ≤ 0.13 and ≥ 0.17 check each worker's own layers against its memory "
+                          f"(_project_kv_cache_groups_to_worker): stage {stage}'s {part.layers}", part,
+                          layout_of(part)))
+    return views
+
+
+def _length_checks(parsed: ParsedLog, views: list[tuple[str, ModelShape, KVCacheLayout]], mnbt: int,
+                   checks: list[FigureCheck], release_known: bool) -> ModelShape:
+    """The refusal's "KV cache needed" (GiB) and "estimated maximum model length" (tokens) by the
+    first view that reproduces them (else the first); returns the model that view counts."""
+    available = None if parsed.available_gib is None else Fraction(repr(parsed.available_gib))
+    limit = parsed.max_model_len or 1 << 30
+
+    def needed(layout: KVCacheLayout) -> float:
+        return layout.request_bytes(parsed.max_model_len, mnbt) / GiB
+
+    def estimates(layout: KVCacheLayout) -> tuple[int, int, int]:
+        return tuple(layout.max_model_len((available + step) * GiB, limit, mnbt)
+                     for step in (-_HALF_STEP_GIB, 0, _HALF_STEP_GIB))
+
+    def reproduces(layout: KVCacheLayout) -> bool:
+        if parsed.needed_gib is not None and parsed.max_model_len is not None:
+            return round(needed(layout), 2) == parsed.needed_gib
+        if parsed.estimated_max_len is not None and available is not None:
+            lo, _, hi = estimates(layout)
+            return lo <= parsed.estimated_max_len <= hi
+        return False
+
+    words, model, layout = next((view for view in views if reproduces(view[2])), views[0])
+    rule = "" if not words else "; " + words + ("" if release_known or len(views) == 1 else
+                                                " (the vLLM version is not known: both rules were tried)")
     if parsed.needed_gib is not None and parsed.max_model_len is not None:
-        needed = layout.request_bytes(parsed.max_model_len, mnbt) / GiB
+        need = needed(layout)
         checks.append(FigureCheck(
             name=f"KV cache needed for {parsed.max_model_len:,} tokens (GiB)", logged=parsed.needed_gib,
-            reconstructed=needed, low=needed, high=needed, formula=None, within=round(needed, 2) == parsed.needed_gib,
-            relative_error=_relative(needed, parsed.needed_gib), why="layer slots × page × blocks per request"))
-    if parsed.estimated_max_len is not None:
-        text = f"{parsed.needed_gib}" if parsed.needed_gib is not None else None
-        if parsed.available_gib is None:
-            return
-        available = Fraction(repr(parsed.available_gib))
-        limit = parsed.max_model_len or 1 << 30
-        lo = layout.max_model_len((available - _HALF_STEP_GIB) * GiB, limit, mnbt)
-        hi = layout.max_model_len((available + _HALF_STEP_GIB) * GiB, limit, mnbt)
-        mid = layout.max_model_len(available * GiB, limit, mnbt)
+            reconstructed=need, low=need, high=need, formula=None, within=round(need, 2) == parsed.needed_gib,
+            relative_error=_relative(need, parsed.needed_gib), why="layer slots × page × blocks per request" + rule))
+    if parsed.estimated_max_len is not None and available is not None:
+        lo, mid, hi = estimates(layout)
+        text = "" if parsed.needed_gib is None else f" (the full length needs {parsed.needed_gib} GiB)"
         checks.append(FigureCheck(
             name="estimated maximum model length", logged=parsed.estimated_max_len, reconstructed=mid, low=lo,
             high=hi, formula=None, within=lo <= parsed.estimated_max_len <= hi,
             relative_error=_relative(mid, parsed.estimated_max_len),
-            why="vLLM's binary search over max_model_len for what fits in the available memory"
-                + ("" if text is None else f" (the full length needs {text} GiB)")))
+            why="vLLM's binary search over max_model_len for what fits in the available memory" + text + rule))
+    return model
 
 
 __all__ = ["FigureCheck", "LogExplanation", "Setting", "StartupFix", "explain_log", "log_kv_dtype", "startup_fix"]

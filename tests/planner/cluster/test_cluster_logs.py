@@ -142,11 +142,11 @@ def test_qwen_logged_need_is_every_stages_kv_of_one_request():
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "vLLM <= 0.15 checks one request against every pipeline stage's layers merged (get_kv_cache_configs "
-    "before _check_enough_kv_cache_memory) with one worker's budget, so its estimated maximum model length "
-    "is 3.18 GiB ÷ 48 layers' KV; the cluster layout has no such rule: it sizes each stage by its own "
-    "16 layers (104,202 tokens on the 3.18 GiB stage), as vLLM's main branch does since "
-    "(_project_kv_cache_groups_to_worker)"))
+    "the cluster layout has no vLLM release: it sizes each stage by its own layers (104,202 tokens of "
+    "stage 0's 16 on the 3.18 GiB GPU), the one-request check of vLLM <= 0.13 and >= 0.17 "
+    "(_project_kv_cache_groups_to_worker); vLLM 0.14-0.16, which wrote this log, checked all 48 layers "
+    "merged against the smallest worker's memory (get_kv_cache_configs), a rule "
+    "sizing.engine.pipeline.one_request_rule and explain_log model by release"))
 def test_qwen_logged_maximum_model_length_from_the_stage_that_printed_it():
     _, available, estimated = _qwen_log()
     stage = _qwen().stages[0]
