@@ -23,13 +23,30 @@ from sizing.models import ModelShape
 ROOT = Path(__file__).resolve().parents[1]
 LOG_DIR = ROOT / "tests" / "data" / "vllm_logs"
 
-# meta-llama/Llama-3.2-11B-Vision config.json (text_config): 40 decoder layers (8 of them
-# cross-attention, which vLLM's V0 cache engine also gives a KV cache), 32 query / 8 KV heads of
-# 128, hidden 4096, MLP 14336, vocabulary 128256; 10.67 B parameters with the vision tower.
-LLAMA32_11B_VISION = ModelShape(name="Llama-3.2-11B-Vision", layers=40, q_heads=32, kv_heads=8, head_dim=128,
-                                params=10_670_000_000, max_context=131_072)
-LLAMA32_11B_VISION_WIDTHS = ActivationShape(hidden=4096, intermediate=14_336, vocab=128_256)
-
+# meta-llama/Llama-3.2-11B-Vision config.json, the keys the engine reads (the catalogue has no
+# entry for it). text_config: 40 decoder layers (8 of them cross-attention, which vLLM's V0 cache
+# engine also gives a KV cache), 32 query / 8 KV heads of 128 (hidden / heads), hidden 4096,
+# MLP 14336, vocabulary 128256. vision_config (the tower Llama 3.2 Vision 11B and 90B share):
+# 32 local + 8 global layers of 1280 (16 heads, MLP 5120), 560-pixel tiles of 14-pixel patches,
+# at most 4 tiles, the inputs of layers 3, 7, 15, 23 and 30 concatenated to the output
+# (vision_output_dim 1280 × 6 = 7680). 10.67 B parameters with the vision tower.
+LLAMA32_11B_VISION_CONFIG = {
+    "architectures": ["MllamaForConditionalGeneration"], "model_type": "mllama",
+    "text_config": {"model_type": "mllama_text_model", "hidden_size": 4096, "intermediate_size": 14_336,
+                    "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 8,
+                    "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38], "vocab_size": 128_256,
+                    "max_position_embeddings": 131_072},
+    "vision_config": {"model_type": "mllama_vision_model", "hidden_size": 1280, "intermediate_size": 5120,
+                      "attention_heads": 16, "num_hidden_layers": 32, "num_global_layers": 8,
+                      "intermediate_layers_indices": [3, 7, 15, 23, 30], "image_size": 560, "patch_size": 14,
+                      "max_num_tiles": 4, "num_channels": 3, "vision_output_dim": 7680},
+}
+_TEXT = LLAMA32_11B_VISION_CONFIG["text_config"]
+LLAMA32_11B_VISION = ModelShape(name="Llama-3.2-11B-Vision", layers=_TEXT["num_hidden_layers"],
+                                q_heads=_TEXT["num_attention_heads"], kv_heads=_TEXT["num_key_value_heads"],
+                                head_dim=_TEXT["hidden_size"] // _TEXT["num_attention_heads"],
+                                params=10_670_000_000, max_context=_TEXT["max_position_embeddings"])
+LLAMA32_11B_VISION_WIDTHS = ActivationShape.from_config(LLAMA32_11B_VISION_CONFIG)
 
 @dataclass(frozen=True, kw_only=True)
 class LogCase:
@@ -161,4 +178,5 @@ def case(file: str) -> LogCase:
     return BY_FILE[file]
 
 
-__all__ = ["BY_FILE", "CASES", "LLAMA32_11B_VISION", "LLAMA32_11B_VISION_WIDTHS", "LOG_DIR", "LogCase", "ROOT", "case"]
+__all__ = ["BY_FILE", "CASES", "LLAMA32_11B_VISION", "LLAMA32_11B_VISION_CONFIG", "LLAMA32_11B_VISION_WIDTHS", "LOG_DIR",
+           "LogCase", "ROOT", "case"]

@@ -13,14 +13,16 @@ case names, :mod:`sizing.engine.mxfp4`), and the memory profile's own activation
 and CUDA-graph estimates. A second column drops the CUDA-graph term for logs of vLLM releases that
 did not yet subtract it (before 0.21), to separate that term from the rest. The logged weights,
 activation peak and non-torch memory are shown beside the estimates wherever the log prints them.
-The logs left out are listed with the reason.
+Where the profile leaves no room for the KV cache (the engine refuses the plan), the row shows
+what it leaves (negative) and its terms, marked "no KV room". The logs left out are listed with
+the reason.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware.gpus import GPU, custom_gpu, get_gpu
 from scripts.engine_log_cases import CASES, LogCase
@@ -28,7 +30,7 @@ from sizing.engine.capacity import EngineRequest, plan_engine
 from sizing.engine.memory import ActivationShape
 from sizing.engine.pipeline import pipeline_stage
 from sizing.engine.vllm_log import ParsedLog, parse_vllm_log
-from sizing.errors import SizingError
+from sizing.errors import NoKVRoom, SizingError
 from sizing.precisions import get_precision
 from sizing.presets import get_preset
 from sizing.weights import model_weight_bytes
@@ -111,21 +113,31 @@ def compare(case: LogCase) -> Row:
     parsed = parse_vllm_log(case.path.read_bytes(), field_name=case.file)
     request, source = _request(case, parsed)
     version_differs = not (case.cuda_graph_profiled or case.enforce_eager)
+    refused = ""
     try:
         report = plan_engine(request)
+    except NoKVRoom as exc:
+        # The terms are what the comparison is about: read them from a plan given a 1 GiB budget
+        # (which replaces only the available memory), and show what the profile leaves.
+        refused = exc.message
+        report = plan_engine(replace(request, kv_budget_bytes_per_gpu=GiB))
     except SizingError as exc:
         return Row(case=case, parsed=parsed, total_source=source, logged=parsed.available_gib, predicted=None,
                    predicted_version_graphs=None, weights=0, activation=0, non_torch=0, cuda_graph=0,
                    refused=exc.message)
     profile = report.profile
-    predicted = profile.available_bytes / GiB
+    predicted = (profile.requested_bytes - profile.non_kv_bytes) / GiB
     matched = predicted
     if version_differs:
-        matched = plan_engine(_request(case, parsed, graphs_profiled=False)[0]).profile.available_bytes / GiB
+        request = _request(case, parsed, graphs_profiled=False)[0]
+        if refused:
+            request = replace(request, kv_budget_bytes_per_gpu=GiB)
+        version = plan_engine(request).profile
+        matched = (version.requested_bytes - version.non_kv_bytes) / GiB
     return Row(case=case, parsed=parsed, total_source=source, logged=parsed.available_gib, predicted=predicted,
                predicted_version_graphs=matched, weights=profile.weights.bytes / GiB,
                activation=profile.activation.bytes / GiB, non_torch=profile.non_torch.bytes / GiB,
-               cuda_graph=profile.cuda_graph.bytes / GiB)
+               cuda_graph=profile.cuda_graph.bytes / GiB, refused=refused)
 
 
 def _pair(logged: float | None, estimate: float) -> str:
@@ -146,14 +158,15 @@ def markdown(rows: list[Row], skipped: list[LogCase]) -> str:
     ]
     for row in rows:
         c, p = row.case, row.parsed
-        if row.refused:
+        if row.predicted is None:
             lines.append(f"| `{c.file}` | {c.model} | {c.gpu_label} ({row.total_source}) | {c.version or '—'} | "
                          f"{row.logged:.2f} | refused: {row.refused} | — | — | — | — | — | — | — |")
             continue
+        room = " (no KV room)" if row.refused else ""
         lines.append(
             f"| `{c.file}` | {c.model} | {c.gpu_label} ({row.total_source}) | {c.version or '—'} | "
-            f"{row.logged:.2f} | {row.predicted:.2f} | {_percent(row.error_percent)} | "
-            f"{row.predicted_version_graphs:.2f} | {_percent(row.error_percent_version_graphs)} | "
+            f"{row.logged:.2f} | {row.predicted:.2f}{room} | {_percent(row.error_percent)} | "
+            f"{row.predicted_version_graphs:.2f}{room} | {_percent(row.error_percent_version_graphs)} | "
             f"{_pair(p.weights_gib, row.weights)} | {_pair(p.activation_gib, row.activation)} | "
             f"{_pair(p.non_torch_gib, row.non_torch)} | {row.cuda_graph:.2f} |")
     lines += ["", "GiB per GPU. Left out:", ""]

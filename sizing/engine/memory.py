@@ -26,6 +26,12 @@ and says which. The estimates:
   ``_dummy_sampler_run``). The factor 10 is calibrated on logged peaks: Meta-Llama-3-8B on an
   H100, 1.26 GiB at TP 1 and at TP 2 (vllm#10511; the sampler phase dominates, hence no change
   with TP), and gemma-3-4b on a B200, 9.96 GiB with 1,024 sequences (vllm#21489).
+* **Multimodal models** — vLLM profiles them with dummy multimodal inputs. For Llama 3.2
+  Vision (``mllama``) the peak is the largest phase of V0's encoder-decoder profile:
+  ``max_num_seqs`` dummy images through the vision tower, the cross-attention states and the
+  text forward beside them (:mod:`sizing.engine.multimodal_profile`). Other vision towers have
+  no rule: the figure stays the text estimate and the profile says "activation of the vision
+  part not estimated" (``ActivationShape.vision_note``, ``MemoryProfile.notes``).
 * **Non-torch memory** — 0.12 GiB at TP 1 (Llama-3.1-8B on an H100) growing to 0.20 GiB at TP 4
   (a Qwen3-8B model, vLLM 0.8.5): 0.12 GiB + 0.027 GiB per extra rank.
 * **CUDA graphs** — 0.4 GiB per GPU: vLLM's own estimates and captures in the cited logs span
@@ -40,6 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from sizing.engine.multimodal_profile import IMAGES_PER_PROMPT, VisionPart
 from sizing.errors import SizingError
 from sizing.models import ModelShape, check_int
 from units import GiB
@@ -62,6 +69,7 @@ class ActivationShape:
     """The widths that size a forward pass's activations (from config.json).
 
     ``assumed`` is True when the widths were guessed from the attention shape (no config).
+    ``vision`` is the model's vision tower (None: text only), whose profile rule may be unknown.
     """
 
     hidden: int
@@ -70,6 +78,12 @@ class ActivationShape:
     moe_intermediate: int = 0
     experts_per_token: int = 0
     assumed: bool = False
+    vision: VisionPart | None = None
+
+    @property
+    def vision_note(self) -> str:
+        """"" unless the model has a vision tower whose activation is not estimated."""
+        return self.vision.note if self.vision is not None else ""
 
     def __post_init__(self) -> None:
         for name in ("hidden", "intermediate", "vocab"):
@@ -98,7 +112,8 @@ class ActivationShape:
         return cls(hidden=hidden, intermediate=width("intermediate_size", "ffn_hidden_size", default=4 * hidden),
                    vocab=width("vocab_size", default=_ASSUMED_VOCAB),
                    moe_intermediate=width("moe_intermediate_size", default=0) if experts else 0,
-                   experts_per_token=width("num_experts_per_tok", default=0) if experts else 0)
+                   experts_per_token=width("num_experts_per_tok", default=0) if experts else 0,
+                   vision=VisionPart.from_config(config))
 
     @classmethod
     def assumed_for(cls, model: ModelShape) -> ActivationShape:
@@ -134,6 +149,7 @@ class MemoryProfile:
     cuda_graph: MemoryTerm
     available_given: bool = False  # the user gave "Available KV cache memory" itself
     available_override: int | None = None
+    notes: tuple[str, ...] = ()  # caveats of the estimates ("activation of the vision part not estimated …")
 
     @property
     def requested_bytes(self) -> int:
@@ -162,24 +178,44 @@ class MemoryProfile:
             "requested_bytes": self.requested_bytes,
             "available_kv_bytes": self.available_bytes,
             "available_given": self.available_given,
+            "notes": list(self.notes),
         }
 
 
-def activation_peak_bytes(shape: ActivationShape, *, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
-                          sampler: bool = True) -> int:
-    """The estimated activation peak of vLLM's profiling run on one GPU (see the module notes).
+def activation_phases(shape: ActivationShape, *, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                      sampler: bool = True) -> dict[str, int]:
+    """The phases of vLLM's profiling run on one GPU and the bytes alive at each one's widest
+    moment (see the module notes): ``forward`` and ``sampler`` for a text model; a Llama 3.2
+    Vision model adds the vision tower's phases, with the text ones counted beside the pixels
+    and cross-attention states they run with.
 
     ``sampler`` False: a pipeline stage before the last, which computes no logits — vLLM runs
-    ``_dummy_sampler_run`` on the last PP rank only — so the peak is the forward pass alone."""
+    ``_dummy_sampler_run`` on the last PP rank only — so the sampler phase is left out."""
     check_int("tp", tp, high=4096)
     tokens = check_int("max_num_batched_tokens", max_num_batched_tokens, high=1 << 24)
     rows = min(check_int("max_num_seqs", max_num_seqs, high=1 << 20), tokens)
     mlp = 3 * shape.intermediate
     if shape.experts_per_token and shape.moe_intermediate:
         mlp = max(mlp if shape.intermediate else 0, 3 * shape.experts_per_token * shape.moe_intermediate)
-    forward = tokens * ACTIVATION_BYTES * (2 * shape.hidden + Fraction(mlp, tp))
+    forward = math.ceil(tokens * ACTIVATION_BYTES * (2 * shape.hidden + Fraction(mlp, tp)))
     logits = SAMPLER_VOCAB_COPIES * rows * shape.vocab * LOGIT_BYTES if sampler else 0
-    return math.ceil(max(forward, logits))
+    vision = shape.vision.mllama if shape.vision is not None else None
+    if vision is None:
+        return {"forward": forward, "sampler": logits} if sampler else {"forward": forward}
+    # V0's encoder-decoder profile: one sequence group (with its dummy images) per max_num_seqs.
+    phases = vision.phases(images=rows * IMAGES_PER_PROMPT, tokens=tokens, tp=tp, text_forward=forward,
+                           sampler=logits)
+    if not sampler:
+        del phases["sampler"]
+    return phases
+
+
+def activation_peak_bytes(shape: ActivationShape, *, tp: int, max_num_batched_tokens: int, max_num_seqs: int,
+                          sampler: bool = True) -> int:
+    """The estimated activation peak of vLLM's profiling run on one GPU: the largest of
+    :func:`activation_phases` (see the module notes)."""
+    return max(activation_phases(shape, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                                 max_num_seqs=max_num_seqs, sampler=sampler).values())
 
 
 def non_torch_bytes(tp: int) -> int:
@@ -227,23 +263,30 @@ def memory_profile(
                        basis="driver-reported" if total_measured else "vendor GB (no driver figure known)")
     weights = MemoryTerm(name="weights", bytes=weights_bytes_per_gpu, estimated=not weights_given,
                          basis="given" if weights_given else weights_basis)
-    activation_basis = (("max(forward of max_num_batched_tokens, sampler of max_num_seqs)" if last_pp_stage else
-                         "forward of max_num_batched_tokens (the sampler runs on the last pipeline stage)")
-                        + (" with assumed widths" if shape.assumed else ""))
+    phases = activation_phases(shape, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
+                               max_num_seqs=max_num_seqs, sampler=last_pp_stage)
+    if shape.vision is not None and shape.vision.estimated:
+        widest = max(phases, key=phases.__getitem__)
+        activation_basis = (f"V0 encoder-decoder profile of {min(max_num_seqs, max_num_batched_tokens):,} dummy images "
+                            f"(one a sequence): {widest} widest")
+    else:
+        activation_basis = ("max(forward of max_num_batched_tokens, sampler of max_num_seqs)" if last_pp_stage else
+                            "forward of max_num_batched_tokens (the sampler runs on the last pipeline stage)")
+    activation_basis += " with assumed widths" if shape.assumed else ""
+    notes = (shape.vision_note,) if shape.vision_note and activation_bytes is None else ()
+    activation_basis += f"; {shape.vision_note}" if notes else ""
     return MemoryProfile(
         total=total, utilization=float(utilization), weights=weights,
-        activation=_term("activation peak", activation_bytes,
-                         activation_peak_bytes(shape, tp=tp, max_num_batched_tokens=max_num_batched_tokens,
-                                               max_num_seqs=max_num_seqs, sampler=last_pp_stage), activation_basis),
+        activation=_term("activation peak", activation_bytes, max(phases.values()), activation_basis),
         non_torch=_term("non-torch", non_torch, non_torch_bytes(tp), "0.12 GiB + 0.027 GiB per extra TP rank"),
         cuda_graph=_term("CUDA graphs", cuda_graph,
                          0 if enforce_eager or not cuda_graphs_profiled else math.ceil(CUDA_GRAPH_ESTIMATE),
                          "enforce_eager: none" if enforce_eager else
                          "not subtracted before vLLM 0.21" if not cuda_graphs_profiled else
                          "typical 0.4 GiB (0.33–0.65 in cited logs)"),
-        available_given=available_bytes is not None, available_override=available_bytes,
+        available_given=available_bytes is not None, available_override=available_bytes, notes=notes,
     )
 
 
-__all__ = ["ActivationShape", "MemoryProfile", "MemoryTerm", "activation_peak_bytes", "memory_profile",
-           "non_torch_bytes"]
+__all__ = ["ActivationShape", "MemoryProfile", "MemoryTerm", "activation_peak_bytes", "activation_phases",
+           "memory_profile", "non_torch_bytes"]
