@@ -18,13 +18,14 @@ from hardware.links import LINK_IDS, MAX_NICS, get_link
 from inputs.bounds import Bound
 from inputs.errors import InputError
 from planner.cluster import occupancy
+from planner.cluster.budget import BUDGETS
 from planner.cluster.launch import CONNECTORS
 from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record, occupancy_record
 from planner.cluster.replica import MAX_RATE
 from sizing.precisions import PRECISION_NAMES
 from sizing.presets import PRESET_IDS, get_preset
 from ui.cluster_occupancy_view import occupancy_controls, show_occupancy
-from ui.cluster_view import render_cluster
+from ui.cluster_view import budget_select, render_cluster
 from ui.field_labels import CLUSTER_LABELS, page_message
 from ui.glossary_view import render_glossary
 from ui.router import run_through_router
@@ -53,6 +54,7 @@ state = PageState("cluster", [
     ChoiceField("kv", "kv", "fp8", PRECISION_NAMES),
     ChoiceField("w", "w", "bf16", WEIGHT_CHOICES),
     ChoiceField("gpu", "gpu", DEFAULT_GPU, GPU_IDS),
+    ChoiceField("budget", "budget", "engine", BUDGETS),
     ChoiceField("link", "link", "ib-ndr", LINK_IDS),
     NumberField("nics", "nics", 1, _bound("nics", 1, MAX_NICS, True)),
     NumberField("rate", "rate", 1.0, _bound("rate", 0.01, MAX_RATE)),
@@ -106,6 +108,7 @@ with st.sidebar:
     st.selectbox("KV precision", PRECISION_NAMES, key=key("kv"), format_func=dtype_label)
     st.selectbox("Weight precision", WEIGHT_CHOICES, key=key("w"), format_func=dtype_label)
     st.selectbox("GPU", GPU_IDS, key=key("gpu"), format_func=lambda i: get_gpu(i).label)
+    budget_select(key("budget"))
     st.subheader(":material/cable: Link between the pools")
     st.selectbox("Link", LINK_IDS, key=key("link"), format_func=lambda i: get_link(i).name)
     st.number_input("NICs per GPU", 1, MAX_NICS, key=key("nics"))
@@ -134,7 +137,7 @@ inputs = ClusterPageInputs(
     model=value("model"), gpu=value("gpu"), kv_dtype=value("kv"), weight_dtype=value("w"), link=value("link"),
     nics=int(value("nics")), rate=float(value("rate")), prompt_tokens=int(value("prompt")),
     output_tokens=int(value("output")), tpot_ms=float(value("tpot_ms")), ttft_ms=float(value("ttft_ms")),
-    prefill=_role("p"), decode=_role("d"), connector=value("connector"))
+    prefill=_role("p"), decode=_role("d"), connector=value("connector"), budget=value("budget"))
 record, current = None, False
 try:
     record = _record(inputs)

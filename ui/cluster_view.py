@@ -10,10 +10,11 @@ import pandas as pd
 import plotly.graph_objects as go
 import streamlit as st
 
+from planner.cluster.budget import BUDGET_LABELS, BUDGETS
 from ui.layout import chart, metric_row
 from units import format_number
 
-__all__ = ["render_cluster", "pareto_figure", "role_frame", "MODE_STYLE"]
+__all__ = ["render_cluster", "budget_select", "pareto_figure", "role_frame", "MODE_STYLE"]
 
 MODE_STYLE = {"aggregated": ("#1f77b4", "circle"), "disaggregated": ("#ff7f0e", "diamond")}
 MODE_TITLES = {"disaggregated": "Disaggregated prefill/decode", "aggregated": "Aggregated (prefill and decode on one pool)"}
@@ -25,6 +26,14 @@ def _ms(seconds: float | None) -> str:
 
 def _gpus(record: dict[str, Any]) -> str:
     return "does not serve" if record["gpus"] is None else f"{record['gpus']:,}"
+
+
+def budget_select(key: str) -> None:
+    """The KV budget rule of every GPU (``--budget``): vLLM's memory profile, or the formula."""
+    st.selectbox("KV budget per GPU", BUDGETS, key=key, format_func=BUDGET_LABELS.get,
+                 help="vLLM's memory profile: the driver-reported memory × 0.9 (gpu_memory_utilization) − "
+                      "weights − activation peak − non-torch − CUDA graphs, as the sizer's engine mode. "
+                      "Reference formula: the vendor's GB × 0.9 − weights. Each pool's figures say which.")
 
 
 def render_cluster(record: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@ Options: the sizer's model, precision and GPU options (``--tp`` is every role's 
 the load (``--rate``, ``--prompt-tokens``, ``--output-tokens``, ``--tpot-ms``, ``--ttft-ms``);
 each role's layout (``--prefill-tp/-pp/-dp/-ep``, ``--decode-…``, ``--aggregated-…``, the
 aggregated pool taking the decode layout unless given its own); the link between the pools
-(``--link``, ``--nics``, ``--kv-buffer-device``); the connectors the commands use
+(``--link``, ``--nics``, ``--kv-buffer-device``); each GPU's KV budget (``--budget engine``, vLLM's
+memory profile at ``--usable`` as its ``--gpu-memory-utilization``, the default; ``--budget
+formula``, the vendor's GB × ``--usable`` − weights); the connectors the commands use
 (``--connector``, ``--transfer-backend``); the roofline's source (``--bandwidth-source``,
 ``--efficiency``); ``--simulate`` adds the decode and aggregated pools over time
 (:mod:`planner.cluster.occupancy`: ``--sim-requests``, ``--sim-seed``). Every figure printed is
@@ -31,6 +33,7 @@ from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
 from planner.bandwidth import choose_estimate
 from planner.cluster import occupancy
+from planner.cluster.budget import BUDGETS
 from planner.cluster.launch import CONNECTORS, TRANSFER_BACKENDS, plan_record
 from planner.cluster.parallel import MAX_DP, ParallelLayout, routed_expert_params
 from planner.cluster.pools import compare
@@ -38,8 +41,10 @@ from planner.cluster.replica import MAX_RATE, MAX_TARGET_S, ClusterSpec, Load, f
 from sizing import cli as sizer_cli
 from sizing.catalogue import CatalogueEntry, get_entry
 from sizing.checkpoints import Launchable, checkpoint_for
+from sizing.engine.memory import ActivationShape
 from sizing.engine.pipeline import MAX_PP
-from sizing.hf_config import MAX_CONFIG_BYTES
+from sizing.errors import SizingError
+from sizing.hf_config import MAX_CONFIG_BYTES, load_config
 from sizing.kv import DEFAULT_BLOCK_SIZE
 from sizing.models import MAX_TP_RANKS, ModelShape
 from sizing.presets import DEFAULT_PRESET, get_preset
@@ -73,7 +78,7 @@ LAYOUT_BOUNDS = {role: _layout_bounds(role) for role in ROLES}
 # Library fields whose option is not the field's own name with dashes.
 _OPTION_FOR_FIELD = {"tpot_target_s": "--tpot-ms", "ttft_target_s": "--ttft-ms", "rate": "--rate",
                      "kv_buffer_device": "--kv-buffer-device", "link": "--link", "nics": "--nics",
-                     "sim_requests": "--sim-requests", "sim_seed": "--sim-seed"}
+                     "sim_requests": "--sim-requests", "sim_seed": "--sim-seed", "budget": "--budget"}
 
 
 def _add(group, option: str, bound: Bound, text: str, **kwargs: Any) -> None:
@@ -112,6 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_argument("--link", type=choice(LINK_IDS), default="ib-ndr", metavar="{" + ",".join(LINK_IDS) + "}",
                          help="the link between prefill and decode GPUs (default ib-ndr)")
     _add(cluster, "--nics", NICS, "NICs one GPU's transfers stripe over (default 1)", default=1, metavar="N")
+    cluster.add_argument("--budget", type=choice(BUDGETS), default="engine", metavar="{" + ",".join(BUDGETS) + "}",
+                         help="each GPU's KV budget: engine, vLLM's memory profile (driver-reported memory "
+                              "× --usable as gpu_memory_utilization − weights − activation peak − non-torch − "
+                              "CUDA graphs); formula, the vendor's GB × --usable − weights (default engine)")
     cluster.add_argument("--kv-buffer-device", type=choice(("cuda", "cpu")), default="cuda", metavar="{cuda,cpu}",
                          help="where the connector stages KV (default cuda: no staging)")
     _add(cluster, "--block-size", sizer_cli.BLOCK_SIZE, f"KV block size in tokens (default {DEFAULT_BLOCK_SIZE})",
@@ -166,15 +175,31 @@ def _entry(args: argparse.Namespace, model: ModelShape) -> CatalogueEntry | None
     return None
 
 
-def _routed_params(args: argparse.Namespace, model: ModelShape, entry: CatalogueEntry | None) -> int | None:
-    """The routed experts' parameters from the config (None: the layout estimates them)."""
-    if not model.is_moe:
-        return None
+def _config(args: argparse.Namespace, entry: CatalogueEntry | None) -> dict[str, Any] | None:
+    """The model's config.json: the catalogue's, or the file given (None for a hand-typed shape)."""
     if entry is not None:
-        return routed_expert_params(entry.config)
+        return entry.config
     if args.config is not None:
-        return routed_expert_params(read_path_capped(str(args.config), MAX_CONFIG_BYTES, field="config"))
+        return load_config(read_path_capped(str(args.config), MAX_CONFIG_BYTES, field="config"))
     return None
+
+
+def _routed_params(model: ModelShape, config: dict[str, Any] | None) -> int | None:
+    """The routed experts' parameters from the config (None: the layout estimates them)."""
+    if not model.is_moe or config is None:
+        return None
+    return routed_expert_params(config)
+
+
+def _activation(config: dict[str, Any] | None) -> ActivationShape | None:
+    """The activation widths of the config (None: none given, or it lacks them; the engine budget
+    then assumes them from the attention shape and says so)."""
+    if config is None:
+        return None
+    try:
+        return ActivationShape.from_config(config)
+    except SizingError:
+        return None
 
 
 def _launchable(args: argparse.Namespace, model: ModelShape, entry: CatalogueEntry | None, weights: str) -> Launchable:
@@ -195,10 +220,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.efficiency is not None:
         estimate = estimate.with_bandwidth_efficiency(args.efficiency)
     entry = _entry(args, model)
+    config = _config(args, entry)
     spec = ClusterSpec(model=model, kv_precision=kv_precision, weight_precision=weight_precision, gpu=gpu,
                        estimate=estimate, link=args.link, nics=args.nics, usable_fraction=args.usable,
                        block_size=args.block_size, kv_buffer_device=args.kv_buffer_device,
-                       routed_params=_routed_params(args, model, entry), gpus_per_node=args.gpus_per_node)
+                       routed_params=_routed_params(model, config), gpus_per_node=args.gpus_per_node,
+                       budget=args.budget, activation=_activation(config))
     load = Load(rate_per_s=args.rate, prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens,
                 tpot_target_s=None if args.tpot_ms is None else args.tpot_ms / 1e3,
                 ttft_target_s=None if args.ttft_ms is None else args.ttft_ms / 1e3)

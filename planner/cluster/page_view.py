@@ -5,7 +5,9 @@ them into the library's :class:`~planner.cluster.replica.ClusterSpec`, :class:`L
 layouts, and returns the record ``python -m planner cluster --json --pareto`` prints for the
 same choices (:func:`planner.cluster.launch.plan_record`), so the page and the CLI show one
 computation. A layout field of 0 means "choose": a role given no TP gets the smallest layout
-that holds one of its sequences (:func:`~planner.cluster.replica.fitting_layout`).
+that holds one of its sequences (:func:`~planner.cluster.replica.fitting_layout`). ``budget`` is
+the CLI's ``--budget``: ``"engine"`` (vLLM's memory profile, with the catalogue config's
+activation widths) or ``"formula"`` (vendor GB × usable − weights).
 
 :func:`occupancy_record` runs the same plan's decode pool beside its aggregated pool through the
 over-time simulator (:mod:`planner.cluster.occupancy`), the record
@@ -25,6 +27,7 @@ from planner.cluster.parallel import ParallelLayout, routed_expert_params
 from planner.cluster.pools import compare
 from planner.cluster.replica import ClusterSpec, Load, fitting_layout
 from sizing.checkpoints import Launchable, checkpoint_for
+from sizing.engine.memory import ActivationShape
 from sizing.precisions import get_precision
 from sizing.presets import get_preset
 
@@ -52,6 +55,7 @@ class ClusterPageInputs:
     link: str = "ib-ndr"
     nics: int = 1
     usable: float = 0.9
+    budget: str = "engine"  # the KV budget per GPU: "engine" or "formula" (planner.cluster.budget)
     block_size: int = 16
     rate: float = 1.0
     prompt_tokens: int = 2048
@@ -92,7 +96,8 @@ def _plan(inputs: ClusterPageInputs) -> _Plan:
     spec = ClusterSpec(model=model, kv_precision=kv, weight_precision=weights, gpu=get_gpu(inputs.gpu),
                        estimate=estimate, link=inputs.link, nics=inputs.nics, usable_fraction=inputs.usable,
                        block_size=inputs.block_size, kv_buffer_device=inputs.kv_buffer_device,
-                       routed_params=routed_expert_params(entry.config) if model.is_moe else None)
+                       routed_params=routed_expert_params(entry.config) if model.is_moe else None,
+                       budget=inputs.budget, activation=ActivationShape.from_config(entry.config))
     load = Load(rate_per_s=inputs.rate, prompt_tokens=inputs.prompt_tokens, output_tokens=inputs.output_tokens,
                 tpot_target_s=inputs.tpot_ms / 1e3 if inputs.tpot_ms else None,
                 ttft_target_s=inputs.ttft_ms / 1e3 if inputs.ttft_ms else None)

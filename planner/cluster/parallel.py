@@ -34,7 +34,7 @@ changes no memory figure. Bytes are exact :class:`~fractions.Fraction` s, as in 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -127,6 +127,21 @@ class ParallelLayout:
         """The most-loaded EP rank's share of the routed tokens: imbalance ÷ EP (without EP, 1:
         every rank sees every token). A load figure only; no memory term uses it."""
         return self.router_imbalance / self.ep_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class UsableMemory:
+    """Weights + KV memory of one GPU of a stage: ``bytes`` (exact) and ``basis``, the words of
+    the rule that gave it, which the KV budget's formula quotes ("reference formula: 0.9 × the
+    vendor's 141 GB", "vLLM's memory profile at TP 2: …")."""
+
+    bytes: Fraction
+    basis: str
+
+
+# A stage's usable memory from its index and the part of the model it holds
+# (:func:`~sizing.engine.pipeline.pipeline_stage`); called once the layout is validated.
+UsableForStage = Callable[[int, ModelShape], UsableMemory]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,7 +275,7 @@ def parallel_memory(
     context: int,
     routed_params: int | None = None,
     kv_budget_bytes_per_gpu: int | float | Fraction | None = None,
-    usable_bytes_per_gpu: int | float | Fraction | None = None,
+    usable_bytes_per_gpu: int | float | Fraction | UsableForStage | None = None,
     auto_weights: bool = False,
 ) -> ParallelMemory:
     """Per-GPU weights, KV bytes and users of ``model`` under ``layout`` (module docstring).
@@ -268,7 +283,9 @@ def parallel_memory(
     ``routed_params``: the routed experts' parameters (:func:`routed_expert_params`); None for a
     MoE estimates them from the shape. Give at most one of ``kv_budget_bytes_per_gpu`` (the KV
     memory of every GPU, e.g. vLLM's "Available KV cache memory") and ``usable_bytes_per_gpu``
-    (weights + KV memory of one GPU; the budget is what each stage's weights leave of it).
+    (weights + KV memory of one GPU; the budget is what each stage's weights leave of it): bytes,
+    the same on every stage, or a function of the stage's index and model part giving its
+    :class:`UsableMemory` (the cluster plan's engine profile, whose last stage runs the sampler).
     ``auto_weights``: the checkpoint's own weight bytes (:func:`sizing.weights.engine_weight_bytes`).
     Invalid combinations raise :class:`~sizing.errors.SizingError` naming the layout field.
     """
@@ -333,16 +350,28 @@ def _expert_params(model: ModelShape, given: int | None) -> tuple[int, str]:
     return (model.params - model.active_params) * model.num_experts // inactive, "estimate"
 
 
-def _budget_inputs(kv_budget: object, usable: object) -> tuple[Fraction | None, Fraction | None]:
+def _budget_inputs(kv_budget: object, usable: object) -> tuple[Fraction | None, Fraction | UsableForStage | None]:
     if kv_budget is not None and usable is not None:
         raise SizingError("kv_budget_bytes_per_gpu", "give the KV budget or the usable memory, not both")
     return (None if kv_budget is None else exact(kv_budget, "kv_budget_bytes_per_gpu"),
-            None if usable is None else exact(usable, "usable_bytes_per_gpu"))
+            None if usable is None else usable if callable(usable) else exact(usable, "usable_bytes_per_gpu"))
+
+
+def _usable(usable: Fraction | UsableForStage, stage: int, part: ModelShape) -> tuple[Fraction, str]:
+    """A stage's usable bytes and the words its budget formula adds after "usable"."""
+    if not callable(usable):
+        return usable, ""
+    given = usable(stage, part)
+    if not isinstance(given, UsableMemory):
+        raise SizingError("usable_bytes_per_gpu", f"the stage function must return UsableMemory, "
+                                                  f"got {type(given).__name__}")
+    return exact(given.bytes, "usable_bytes_per_gpu"), f" ({given.basis})"
 
 
 def _stage(model: ModelShape, layout: ParallelLayout, stage: int, counts: tuple[int, ...],
            partition: tuple[int, ...] | None, kv_precision: Precision, context: int, *,
-           dense: Fraction, experts: Fraction, budget: Fraction | None, usable: Fraction | None) -> StageMemory:
+           dense: Fraction, experts: Fraction, budget: Fraction | None,
+           usable: Fraction | UsableForStage | None) -> StageMemory:
     tp, dp, dcp = layout.tp, layout.dp, layout.dcp
     held = counts[stage]
     share = Fraction(held, model.layers)
@@ -367,9 +396,11 @@ def _stage(model: ModelShape, layout: ParallelLayout, stage: int, counts: tuple[
                      f" of KV on one GPU ÷ DCP {dcp}" + (f" + {_show(state, 'bytes')} state" if state else "")),
     ]
     if usable is not None:
+        usable, basis = _usable(usable, stage, spec.model)
         budget = usable - dense_gpu - expert_gpu
+        weights = _show(dense_gpu + expert_gpu, "bytes")
         terms.append(Term(name="KV budget per GPU", value=budget, unit="bytes",
-                          formula=f"{_show(usable, 'bytes')} usable − {_show(dense_gpu + expert_gpu, 'bytes')} weights"))
+                          formula=f"{_show(usable, 'bytes')} usable{basis} − {weights} weights"))
     concurrency = None
     if budget is not None:
         concurrency = budget / per_sequence if per_sequence else Fraction(0)
@@ -438,5 +469,5 @@ def _show(value: Fraction, unit: str) -> str:
     return f"{format_number(float(value), 2)} {unit}"
 
 
-__all__ = ["MAX_DP", "ParallelLayout", "ParallelMemory", "StageMemory", "Term", "parallel_memory",
-           "routed_expert_params"]
+__all__ = ["MAX_DP", "ParallelLayout", "ParallelMemory", "StageMemory", "Term", "UsableForStage", "UsableMemory",
+           "parallel_memory", "routed_expert_params"]

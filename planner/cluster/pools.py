@@ -46,8 +46,8 @@ from typing import Any, Literal
 
 from planner.cluster.parallel import ParallelLayout, Term
 from planner.cluster.replica import (
-    TOLERANCE, ClusterSpec, Limit, Load, Replica, Role, TransferLeg, batch_cap, layout_record, max_utilisation,
-    md1_wait_quantile_s, md1_wait_s, role_replica, term_record, transfer_leg,
+    TOLERANCE, ClusterSpec, Limit, Load, Replica, Role, TransferLeg, batch_cap, budget_term, layout_record,
+    max_utilisation, md1_wait_quantile_s, md1_wait_s, role_replica, term_record, transfer_leg,
 )
 from planner.cluster.transfer import StagingNeed, TransferTime, decode_staging
 from sizing.plan import GPUS_PER_NODE
@@ -165,10 +165,17 @@ def _f(value: float, digits: int = 2) -> str:
     return format_number(value, digits)
 
 
+def _budget(rep: Replica) -> tuple[Term, ...]:
+    """The replica's KV budget per GPU, its formula naming the rule (engine profile or formula)."""
+    term = budget_term(rep)
+    return () if term is None else (term,)
+
+
 def _decode_terms(rep: Replica, load: Load, replicas: int | None, fit: DecodeFit, cap: int, role: str,
                   busy: float) -> list[Term]:
     dp = rep.layout.dp
     terms = [
+        *_budget(rep),
         _t("sequences per DP rank the KV holds", rep.users_per_dp_rank, "sequences",
            f"{load.context:,} tokens each (prompt {load.prompt_tokens:,} + output {load.output_tokens:,})"),
         _t("batch cap per DP rank", cap, "sequences",
@@ -422,6 +429,7 @@ def _kv_cache_bytes(rep: Replica) -> int:
 def _prefill_terms(rep: Replica, load: Load, leg: TransferLeg, link: int, sizing: PrefillSizing) -> tuple[Term, ...]:
     dp, service = rep.layout.dp, rep.stage_prefill_s
     terms = [
+        *_budget(rep),
         _t("prefill of one prompt", _ms(rep.prefill_latency_s), "ms",
            f"PP {rep.layout.pp} × {_f(service * 1e3)} ms per stage ({load.prompt_tokens:,} tokens, roofline)"),
         _t("prefill replicas for throughput", sizing.by_throughput, "replicas",

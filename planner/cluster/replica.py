@@ -3,7 +3,9 @@
 A load is ``rate`` requests per second of ``prompt`` tokens in and ``output`` tokens out, with
 optional TPOT and TTFT targets. A replica is one :class:`~planner.cluster.parallel.ParallelLayout`
 (TP × PP × DP GPUs); its per-GPU weights, KV and users come from
-:func:`~planner.cluster.parallel.parallel_memory`, its times from the planner's roofline
+:func:`~planner.cluster.parallel.parallel_memory`, each stage's KV budget from
+:mod:`planner.cluster.budget` (vLLM's memory profile by default, the reference formula when the
+spec says ``budget="formula"``), its times from the planner's roofline
 (:func:`planner.capacity.decode_step`, :func:`planner.capacity.prefill_seconds`) on the heaviest
 pipeline stage, per GPU::
 
@@ -34,7 +36,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from decimal import Decimal, localcontext
-from fractions import Fraction
 from typing import Any, Literal
 
 from hardware.gpus import GPU
@@ -43,9 +44,11 @@ from inputs.errors import InputError, shown
 from planner.bandwidth import BandwidthEstimate
 from planner.capacity import (ModelCost, decode_step, effective_bandwidth, largest_batch_within_tpot,
                               prefill_seconds)
+from planner.cluster.budget import Budget, check_budget, usable_for_stages
 from planner.cluster.parallel import ParallelLayout, ParallelMemory, Term, parallel_memory
 from planner.cluster.transfer import TransferTime, decode_staging, kv_transfer, transfer_time
 from planner.plan import gpu_spec, model_cost
+from sizing.engine.memory import ActivationShape
 from sizing.engine.pipeline import stage_layer_counts
 from sizing.kv import DEFAULT_BLOCK_SIZE, DEFAULT_USABLE_FRACTION, usable_bytes
 from sizing.models import MAX_TOKENS, ModelShape, check_int
@@ -98,7 +101,13 @@ class Load:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterSpec:
-    """The model, the GPU type, the roofline's efficiencies and the link between the pools."""
+    """The model, the GPU type, the roofline's efficiencies and the link between the pools.
+
+    ``budget`` picks each GPU's KV budget (:mod:`planner.cluster.budget`): ``"engine"``, vLLM's
+    memory profile at ``usable_fraction`` as ``--gpu-memory-utilization``, with the model's
+    ``activation`` widths (config.json; None: assumed from the attention shape, and labelled);
+    ``"formula"``, the vendor's GB × ``usable_fraction`` − the weights.
+    """
 
     model: ModelShape
     kv_precision: Precision
@@ -112,8 +121,14 @@ class ClusterSpec:
     kv_buffer_device: str = "cuda"
     routed_params: int | None = None  # the routed experts' parameters (parallel.routed_expert_params)
     gpus_per_node: int = GPUS_PER_NODE
+    budget: Budget = "engine"
+    activation: ActivationShape | None = None
 
     def __post_init__(self) -> None:
+        check_budget(self.budget)
+        if self.activation is not None and not isinstance(self.activation, ActivationShape):
+            raise InputError("activation", f"must be an ActivationShape or None, got {type(self.activation).__name__}")
+        usable_bytes(self.gpu, self.usable_fraction)  # refuses a fraction outside (0, 1], naming it
         if not isinstance(self.link, Link):
             object.__setattr__(self, "link", get_link(self.link))
         check_nics(self.nics)
@@ -309,7 +324,7 @@ def replica(spec: ClusterSpec, layout: ParallelLayout, *, context: int, prompt_t
     model, tp, pp = spec.model, layout.tp, layout.pp
     memory = parallel_memory(model, layout, kv_precision=spec.kv_precision, weight_precision=spec.weight_precision,
                              context=context, routed_params=spec.routed_params,
-                             usable_bytes_per_gpu=usable_bytes(spec.gpu, Fraction(repr(spec.usable_fraction))))
+                             usable_bytes_per_gpu=usable_for_stages(spec, layout))
     share = max(stage_layer_counts(model.layers, pp)) / model.layers
     base = model_cost(model, kv_precision=spec.kv_precision, weight_precision=spec.weight_precision, tp=tp,
                       context=context)
@@ -330,6 +345,19 @@ def replica(spec: ClusterSpec, layout: ParallelLayout, *, context: int, prompt_t
                    fixed_s=pp * (one.memory_s - per_sequence), per_sequence_memory_s=per_sequence,
                    per_sequence_compute_s=one.compute_s,
                    stage_prefill_s=prefill_s, prefill_bound="bandwidth" if prefill_s <= weights_s else "compute")
+
+
+def budget_term(rep: Replica) -> Term | None:
+    """The KV budget per GPU of the stage holding the fewest sequences, its formula naming the rule
+    (:mod:`planner.cluster.budget`); None without a budget."""
+    stages = [s for s in rep.memory.stages if s.concurrency is not None]
+    if not stages:
+        return None
+    stage = min(stages, key=lambda s: s.concurrency)
+    term = next((t for t in stage.terms if t.name == "KV budget per GPU"), None)
+    if term is None or rep.layout.pp == 1:
+        return term
+    return replace(term, name=f"KV budget per GPU (stage {stage.stage}, the fewest sequences)")
 
 
 def role_replica(spec: ClusterSpec, layout: ParallelLayout, role: Role, *, context: int,
@@ -427,6 +455,6 @@ def _f(value: float, digits: int = 2) -> str:
 
 
 __all__ = ["MAX_RATE", "MAX_TARGET_S", "MAX_WAIT_SERVICES", "TOLERANCE", "ClusterSpec", "Limit", "Load", "Replica", "Role",
-           "accepts_tp", "fitting_layout", "TransferLeg", "batch_cap", "layout_record", "max_utilisation", "md1_wait_cdf",
-           "md1_wait_quantile_s", "md1_wait_s", "replica", "role_replica", "term_record", "tpot_batch_cap",
+           "accepts_tp", "budget_term", "fitting_layout", "TransferLeg", "batch_cap", "layout_record", "max_utilisation",
+           "md1_wait_cdf", "md1_wait_quantile_s", "md1_wait_s", "replica", "role_replica", "term_record", "tpot_batch_cap",
            "transfer_leg"]

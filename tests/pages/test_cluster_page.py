@@ -46,6 +46,29 @@ def test_page_shows_the_record_and_keeps_its_controls_in_the_url():
     assert at.query_params["rate"] == "20" and not at.exception
 
 
+def _budget_rows(at) -> list[str]:
+    """The "How" of every KV budget row in the pools' figure tables."""
+    return [how for frame in at.dataframe if "Figure" in frame.value
+            for name, how in zip(frame.value["Figure"], frame.value["How"], strict=True)
+            if name == "KV budget per GPU"]
+
+
+def test_the_budget_control_names_its_rule_in_every_pool_and_goes_into_the_url(capsys):
+    at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200", "kv": "bf16"})
+    assert at.selectbox(key="cluster.budget").value == "engine"  # vLLM's memory profile by default
+    rows = _budget_rows(at)
+    assert rows and all("vLLM's memory profile at TP" in how for how in rows)
+    at.selectbox(key="cluster.budget").set_value("formula").run()
+    assert at.query_params["budget"] == "formula" and not at.exception
+    rows = _budget_rows(at)
+    assert rows and all("reference formula: 0.9 × the vendor's 141 GB" in how for how in rows)
+    # The page's formula plan is the CLI's --budget formula plan.
+    record = cluster_record(ClusterPageInputs(model="llama-3.1-70b", gpu="h200", kv_dtype="bf16", budget="formula"))
+    cli = _cli_json(capsys, "--model", "llama-3.1-70b", "--gpu", "h200", "--kv-dtype", "bf16", "--budget", "formula")
+    assert json.loads(json.dumps(record, allow_nan=False)) == cli
+    assert metric_text(at, "GPUs, aggregated") == f"{record['aggregated']['gpus']:,}"
+
+
 def test_an_invalid_layout_names_the_widget_and_keeps_the_last_plan():
     at = open_page(PAGE, {"model": "llama-3.1-70b", "gpu": "h200"})
     before = metric_text(at, "GPUs, aggregated")

@@ -4,6 +4,7 @@ naming the option (exit 2), and invalid layouts refused naming the constraint.""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import pytest
 
@@ -14,10 +15,14 @@ from planner.cluster.pools import compare
 from sizing.models import ModelShape
 from support.cluster_toy import LOAD, TOY, toy_spec
 
-# The toy (tests/support/cluster_toy.py) typed as a manual shape on a custom GPU.
+# The toy's figures are worked on the reference formula's budget (0.9 × 10 GB − 2 GB = 7 GB);
+# the default budget, vLLM's memory profile, is checked in test_budget.py.
+_toy = partial(toy_spec, budget="formula")
+
+# The toy (tests/support/cluster_toy.py) typed as a manual shape on a custom GPU, on the formula's budget.
 TOY_ARGS = ["--layers", "2", "--q-heads", "4", "--kv-heads", "4", "--head-dim", "64", "--params", "1e9",
             "--kv-dtype", "bf16", "--weight-dtype", "bf16", "--gpu-memory-gb", "10", "--gpu-bandwidth-tbs", "1",
-            "--bandwidth-source", "datasheet"]
+            "--bandwidth-source", "datasheet", "--budget", "formula"]
 LOAD_ARGS = ["--rate", "2000", "--prompt-tokens", "1000", "--output-tokens", "100", "--tpot-ms", "5",
              "--ttft-ms", "60"]
 CUSTOM = ModelShape(**{**TOY.__dict__, "name": "custom"})  # the sizer names a manual shape "custom"
@@ -39,7 +44,7 @@ def _figures(record):
 
 def test_json_is_strict_and_is_the_librarys_figures(capsys):
     result = _json(capsys, *TOY_ARGS, *LOAD_ARGS, "--decode-tp", "2")
-    spec = toy_spec(model=CUSTOM)
+    spec = _toy(model=CUSTOM)
     both = compare(spec, LOAD, prefill=ParallelLayout(), decode=ParallelLayout(tp=2))
     assert result["disaggregated"] == _figures(both.disaggregated.as_record())
     assert result["aggregated"] == _figures(both.aggregated.as_record())
@@ -53,7 +58,7 @@ def test_json_is_strict_and_is_the_librarys_figures(capsys):
 
 def test_pareto_json_is_the_sweeps(capsys):
     result = _json(capsys, *TOY_ARGS, *LOAD_ARGS, "--pareto")
-    expected = sweep(toy_spec(model=CUSTOM), LOAD).as_record()
+    expected = sweep(_toy(model=CUSTOM), LOAD).as_record()
     assert result["pareto"] == _figures(expected)
     assert any(p["on_front"] for p in result["pareto"]["points"])
 
@@ -112,8 +117,9 @@ def test_pools_whose_tps_do_not_divide_are_refused(capsys):
 
 
 def test_a_role_given_no_tp_gets_the_smallest_that_holds_its_sequences(capsys):
-    # Llama-3.1-70B in bf16: 70.6e9 params x 2 B = 141 GB of weights, more than an H200's
-    # 141 GB x 0.9 usable, so TP 1 holds no sequence; TP 2 halves the weights to ~71 GB a GPU.
+    # Llama-3.1-70B in bf16: 70.6e9 params x 2 B = 141.2e9 B = 131.5 GiB of weights, more than the
+    # 125.8 GiB vLLM's profile asks of an H200 (its CUDA total of 139.8 GiB x 0.9), so TP 1 holds no
+    # sequence; TP 2 halves the weights to 65.8 GiB a GPU, leaving 58.3 GiB of KV.
     record = _json(capsys, "--model", "llama-3.1-70b", "--gpu", "h200")
     for role in record["disaggregated"]["pools"]:
         assert role["layout"]["tp"] == 2 and role["layout"]["pp"] == 1, role["layout"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from functools import partial
 
 import pytest
 
@@ -33,6 +34,10 @@ from planner.cluster.pools import plan_aggregated, plan_disaggregated
 from sizing.checkpoints import Launchable
 from sizing.engine.launch import LaunchPlan, vllm_command
 from support.cluster_toy import LOAD, toy_spec
+
+# The toy's figures are worked on the reference formula's budget (0.9 × 10 GB − 2 GB = 7 GB);
+# the default budget, vLLM's memory profile, is checked in test_budget.py.
+_toy = partial(toy_spec, budget="formula")
 
 TOY_REPO = Launchable(weight_format="bf16", repo="org/toy")
 
@@ -113,7 +118,7 @@ def test_sglang_dense_data_parallel_ranks_are_replicas():
 
 
 def test_role_table_gpus_nodes_and_commands():
-    plan = plan_disaggregated(toy_spec(), LOAD, prefill=ParallelLayout(), decode=ParallelLayout(tp=2))
+    plan = plan_disaggregated(_toy(), LOAD, prefill=ParallelLayout(), decode=ParallelLayout(tp=2))
     rows = role_table(plan, _settings(), gpus_per_node=8)
     assert [r.role for r in rows] == ["prefill", "decode"]
     for row, pool in zip(rows, plan.pools, strict=True):
@@ -124,17 +129,17 @@ def test_role_table_gpus_nodes_and_commands():
         assert _value(row.sglang, "--disaggregation-mode") == row.role
     # The decode pool's --max-num-seqs is its batch cap per DP rank (the TPOT target's).
     assert _value(rows[1].vllm, "--max-num-seqs") == str(plan.pools[1].batch_cap_per_dp_rank)
-    joint = role_table(plan_aggregated(toy_spec(), LOAD, layout=ParallelLayout()), _settings(), gpus_per_node=8)
+    joint = role_table(plan_aggregated(_toy(), LOAD, layout=ParallelLayout()), _settings(), gpus_per_node=8)
     assert [r.role for r in joint] == ["aggregated"] and "--disaggregation-mode" not in _flags(joint[0].sglang)
 
 
 def test_no_command_for_a_kv_dtype_no_engine_caches():
-    plan = plan_aggregated(toy_spec(), LOAD, layout=ParallelLayout())
+    plan = plan_aggregated(_toy(), LOAD, layout=ParallelLayout())
     (row,) = role_table(plan, _settings(kv_dtype="int4"), gpus_per_node=8)
     assert row.vllm is None and row.sglang is None and "not int4" in row.notes[0]
 
 
 def test_a_replica_wider_than_a_node_says_so():
-    plan = plan_aggregated(toy_spec(), LOAD, layout=ParallelLayout(tp=4, pp=2))
+    plan = plan_aggregated(_toy(), LOAD, layout=ParallelLayout(tp=4, pp=2))
     (row,) = role_table(plan, _settings(), gpus_per_node=4)
     assert row.nodes == 2 * row.replicas and "spans 2 nodes" in row.notes[0]

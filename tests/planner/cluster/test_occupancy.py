@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
 import pytest
 
@@ -16,7 +17,11 @@ from planner.cluster.parallel import ParallelLayout
 from planner.cluster.pools import compare
 from planner.cluster.replica import Load, replica
 from support.cluster_toy import KV_PER_TOKEN, LOAD
-from support.cluster_toy import toy_spec as _spec
+from support.cluster_toy import toy_spec
+
+# The toy's figures are worked on the reference formula's budget (0.9 × 10 GB − 2 GB = 7 GB);
+# the default budget, vLLM's memory profile, is checked in test_budget.py.
+_spec = partial(toy_spec, budget="formula")
 
 ONE = ParallelLayout()
 REQUESTS = 400
@@ -110,7 +115,7 @@ def test_seeded_runs_repeat():
 TOY_ARGS = ["--layers", "2", "--q-heads", "4", "--kv-heads", "4", "--head-dim", "64", "--params", "1e9",
             "--kv-dtype", "bf16", "--weight-dtype", "bf16", "--gpu-memory-gb", "10", "--gpu-bandwidth-tbs", "1",
             "--bandwidth-source", "datasheet", "--rate", "2000", "--prompt-tokens", "1000", "--output-tokens", "100",
-            "--tpot-ms", "5", "--ttft-ms", "60"]
+            "--tpot-ms", "5", "--ttft-ms", "60", "--budget", "formula"]  # the toy's 7 GB budget, as _spec
 
 
 def test_cli_json_carries_the_occupancy_key(capsys):
