@@ -47,7 +47,9 @@ PLANNER_LABELS: dict[str, str] = {
 CLUSTER_LABELS: dict[str, str] = {
     **WIDGET_LABELS, "rate": "Arrival rate (requests/s)", "prompt_tokens": "Prompt tokens",
     "output_tokens": "Output tokens", "tpot_ms": "TPOT target (ms, 0: none)", "ttft_ms": "TTFT target (ms, 0: none)",
-    "nics": "NICs per GPU", "link": "Link", "connector": "KV connector",
+    "nics": "NICs per GPU", "link": "Link", "connector": "KV connector", "budget": "KV budget per GPU",
+    # The page has no utilisation control: a budget the engine's runtime terms use up is the budget rule's.
+    "usable_fraction": "KV budget per GPU",
     **{f"{role}_{part}": f"{title}: {label}" for role, title in (("prefill", "Prefill pool"), ("decode", "Decode pool"))
        for part, label in (("tp", "TP"), ("pp", "PP"), ("dp", "DP"), ("ep", "Expert parallel (EP)"),
                            ("dcp", "decode context parallel"), ("pp_layer_partition", "PP"))},
