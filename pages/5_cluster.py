@@ -4,8 +4,8 @@ Disaggregated prefill/decode pools beside the aggregated deployment for one load
 figures with their formulas, the role table with its launch commands, and the Pareto chart of
 every layout; the same record ``python -m planner cluster --json --pareto`` prints. "Simulate the
 decode pool" adds the record ``--simulate`` adds (one DP rank of the decode pool beside one of the
-aggregated pool over time). Every control is in the URL; a refusal names the widget and the last
-good plan stays on screen.
+aggregated pool over time), with progress, stale marking and Cancel (:mod:`ui.cluster_occupancy_view`).
+Every control is in the URL; a refusal names the widget and the last good plan stays on screen.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from inputs.errors import InputError
 from planner.cluster import occupancy
 from planner.cluster.budget import BUDGETS
 from planner.cluster.launch import CONNECTORS
-from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record, occupancy_record
+from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record
 from planner.cluster.replica import MAX_RATE
 from sizing.precisions import PRECISION_NAMES
 from sizing.presets import PRESET_IDS, get_preset
@@ -74,11 +74,6 @@ state = PageState("cluster", [
 @st.cache_data(show_spinner="Sweeping the layouts…", max_entries=64)
 def _record(inputs: ClusterPageInputs) -> dict:
     return cluster_record(inputs)
-
-
-@st.cache_data(show_spinner="Simulating the decode and aggregated pools…", max_entries=16)
-def _occupancy(inputs: ClusterPageInputs, requests: int, seed: int) -> dict:
-    return occupancy_record(inputs, requests=requests, seed=seed)
 
 
 def _role_controls(prefix: str, title: str) -> None:
@@ -152,6 +147,6 @@ if record is not None:
     st.caption(f"{record['model']} on {record['gpu']}; {record['bandwidth_label']}")
     render_cluster(record)
 
-occupancy_controls(key, seed_max=SEED_MAX)
+feedback = occupancy_controls(key, seed_max=SEED_MAX)
 if value("simulate"):
-    show_occupancy(lambda: _occupancy(inputs, int(value("sim_requests")), int(value("sim_seed"))), current=current)
+    show_occupancy(feedback, inputs, requests=int(value("sim_requests")), seed=int(value("sim_seed")), current=current)

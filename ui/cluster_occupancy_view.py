@@ -1,7 +1,16 @@
 """The cluster page's over-time section, drawn from
 :func:`planner.cluster.page_view.occupancy_record`: one DP rank of the disaggregated decode pool
 beside one of the aggregated pool, run through the simulator on the plan's load — peak and mean
-KV blocks in use, preemptions, and what each run saw."""
+KV blocks in use, preemptions, and what each run saw.
+
+Up to 20,000 requests a pool take seconds, so the run goes through
+:class:`ui.run_feedback.RunFeedback`: its strip sits under the section's heading, by the toggle
+the user has just pressed, and sticks below the top bar once the page scrolls past it, with a
+progress bar over both pools, the previous figures dimmed as stale and a Cancel button; a run
+queued behind another session's says so. The section is not a fragment, so that a Cancel click interrupts the running
+script. Finished runs are kept for every session in :func:`occupancy_store`, not
+``st.cache_data``: a cached function may not draw the progress bar made before it runs.
+"""
 
 from __future__ import annotations
 
@@ -13,43 +22,68 @@ import streamlit as st
 
 from inputs.errors import InputError
 from planner.cluster.occupancy import MAX_REQUESTS
+from planner.cluster.page_view import ClusterPageInputs, occupancy_record
 from ui.field_labels import CLUSTER_LABELS, page_message
 from ui.layout import metric_row
+from ui.run_feedback import RunFeedback
+from ui.run_queue import ResultStore
 
-__all__ = ["OCCUPANCY_LABELS", "POOL_TITLES", "occupancy_controls", "occupancy_error", "occupancy_frame",
-           "render_occupancy", "show_occupancy"]
+__all__ = ["OCCUPANCY_LABELS", "POOL_TITLES", "QUEUE_REQUESTS", "TAB", "occupancy_controls", "occupancy_error",
+           "occupancy_frame", "occupancy_store", "render_occupancy", "show_occupancy"]
 
 POOL_TITLES = {"decode": "Disaggregated decode pool", "aggregated": "Aggregated pool"}
 # The section's own widgets, for refusals that name them (the plan's fields keep their labels).
 OCCUPANCY_LABELS = {**CLUSTER_LABELS, "sim_requests": "Simulated requests per pool", "sim_seed": "Seed",
                     "decode_kv": "Decode pool", "aggregated_kv": "Aggregated pool",
                     "decode_replicas": "Decode pool", "aggregated_replicas": "Aggregated pool"}
+TAB = "occupancy"  # the section's name in RunFeedback's keys (cancel flag, figure container)
+# Below this many requests a pool, a run ends within a fraction of a second (both pools of the
+# default plan: 0.08 s at 1,000, 1.1 s at 20,000) and skips the queue: its user would otherwise
+# wait out another session's run of seconds for it.
+QUEUE_REQUESTS = 2_000
 
 
-def occupancy_controls(key: Callable[[str], str], *, seed_max: int) -> None:
-    """The section's heading and its controls: the toggle, the requests per pool (at most the
-    CLI's ``--sim-requests`` cap) and the seed; ``key`` maps a field to its session key."""
+@st.cache_resource
+def occupancy_store() -> ResultStore:
+    """The server's finished pool simulations, apart from the fragmentation page's long runs: a
+    few numbers each, and many of them as plans are tried, which must not push those out."""
+    return ResultStore()
+
+
+def occupancy_controls(key: Callable[[str], str], *, seed_max: int) -> RunFeedback:
+    """The section's heading, its run feedback strip and its controls: the toggle, the requests
+    per pool (at most the CLI's ``--sim-requests`` cap) and the seed; ``key`` maps a field to its
+    session key. Returns the feedback :func:`show_occupancy` runs through."""
     st.subheader("Over time: the decode pool beside the aggregated pool")
+    feedback = RunFeedback(TAB, store=occupancy_store())
     toggle, requests, seed = st.columns([2, 1, 1])
     toggle.toggle("Simulate the decode pool", key=key("simulate"),
                   help="run one DP rank of the decode pool (its requests arrive prefilled) and one of the "
                        "aggregated pool through the simulator: KV blocks in use and preemptions")
     requests.number_input(OCCUPANCY_LABELS["sim_requests"], 1, MAX_REQUESTS, key=key("sim_requests"))
     seed.number_input(OCCUPANCY_LABELS["sim_seed"], 0, seed_max, key=key("sim_seed"))
+    return feedback
 
 
-def show_occupancy(run: Callable[[], dict[str, Any]], *, current: bool) -> None:
-    """``run()``'s record drawn, or its refusal; nothing is run while the plan on screen is the
-    last valid one (``current`` False), since its inputs are not the widgets'."""
+def show_occupancy(feedback: RunFeedback, inputs: ClusterPageInputs, *, requests: int, seed: int,
+                   current: bool) -> None:
+    """The record of ``inputs``' pools over ``requests`` requests each (seeded), run through
+    ``feedback`` and drawn, or its refusal; after a cancel, the last finished run's figures,
+    marked stale. Nothing is run while the plan on screen is the last valid one (``current``
+    False), since its inputs are not the widgets'."""
     if not current:
         st.caption(":material/info: Fix the plan's inputs above to simulate its pools.")
         return
     try:
-        record = run()
+        run = feedback.run(("cluster-occupancy", inputs, requests, seed), "simulating the decode and aggregated pools",
+                           lambda progress: occupancy_record(inputs, requests=requests, seed=seed, progress=progress),
+                           queue=requests >= QUEUE_REQUESTS)
     except InputError as exc:
         occupancy_error(exc)
         return
-    render_occupancy(record)
+    if run.value is not None:
+        with feedback.results():
+            render_occupancy(run.value)
 
 
 def occupancy_error(exc: InputError) -> None:

@@ -16,6 +16,7 @@ over-time simulator (:mod:`planner.cluster.occupancy`), the record
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,12 +117,15 @@ def cluster_record(inputs: ClusterPageInputs, *, pareto: bool = True) -> dict[st
 
 
 def occupancy_record(inputs: ClusterPageInputs, *, requests: int = occupancy.DEFAULT_REQUESTS,
-                     seed: int = 0) -> dict[str, Any]:
+                     seed: int = 0, progress: Callable[[float], None] | None = None) -> dict[str, Any]:
     """The decode pool and the aggregated pool of these choices over time, one DP rank each over
     ``requests`` requests (at most :data:`~planner.cluster.occupancy.MAX_REQUESTS`, as the CLI's
     ``--sim-requests``), seeded: :meth:`~planner.cluster.occupancy.Occupancy.as_record`. Refusals
-    name ``sim_requests`` or ``sim_seed`` (a run past its wall-clock budget names ``sim_requests``)."""
+    name ``sim_requests`` or ``sim_seed`` (a run past its wall-clock budget names ``sim_requests``).
+    ``progress``: the share of both pools' runs done (0–1), as
+    :func:`~planner.cluster.occupancy.simulate_occupancy` calls it; what it raises stops the run."""
     plan = _plan(inputs)
     comparison = compare(plan.spec, plan.load, prefill=plan.prefill, decode=plan.decode)
     return occupancy.simulate_occupancy(plan.spec, comparison, requests=requests, seed=seed,
-                                        deadline=occupancy.Deadline(field="sim_requests")).as_record()
+                                        deadline=occupancy.Deadline(field="sim_requests"),
+                                        progress=progress).as_record()

@@ -4,10 +4,14 @@ refusals that name the widget while the last good plan stays."""
 from __future__ import annotations
 
 import json
+import threading
 
 from planner.cluster import cli as cluster_cli
 from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record
 from support.apptest import figures, metric_text, open_page, texts
+from ui.cluster_occupancy_view import QUEUE_REQUESTS, TAB
+from ui.gpu_lock import GpuGate
+from ui.run_feedback import GATE_HOOK, cancel_key
 
 PAGE = "5_cluster.py"
 
@@ -143,3 +147,96 @@ def test_a_request_count_past_the_clis_cap_is_ignored_and_a_broken_plan_is_not_s
     at.toggle(key="cluster.simulate").set_value(True).run()
     assert "Fix the plan's inputs above" in texts(at.caption)
     assert not [m for m in at.metric if "KV blocks" in m.label]
+
+
+# ---- the simulation's run feedback: cancel, stale marking, the queue ------------------------------
+# Each test runs seeds of its own: finished runs are kept for the whole server (every test here).
+SIM = {"model": "llama-3.1-70b", "gpu": "h200", "sim": "1", "simn": "200"}
+
+
+def _cancelled(at) -> str:
+    return next(w.value for w in at.warning if "Run cancelled" in w.value)
+
+
+def _stale(at) -> str:
+    return next(c.value for c in at.caption if "**Stale**" in c.value)
+
+
+def test_a_cancelled_simulation_keeps_the_last_figures_marked_stale():
+    at = open_page(PAGE, {**SIM, "simseed": "301"})
+    before = _pool_metrics(at, "decode pool") + _pool_metrics(at, "aggregated pool")
+    # A Cancel click asks for a new script run and sets this flag on the way in (its callback);
+    # Streamlit stops the running simulation at its next progress call.
+    at.session_state[cancel_key(TAB)] = True
+    at.number_input(key="cluster.sim_seed").set_value(302).run()
+    assert not at.exception
+    assert "last finished run's" in _cancelled(at)
+    assert _pool_metrics(at, "decode pool") + _pool_metrics(at, "aggregated pool") == before
+    assert "seed 301)" in texts(at.caption)  # seed 301's figures, still there
+    assert "run-results-occupancy-main" in _stale(at) and "opacity: 0.45" in _stale(at)  # and dimmed
+    at.run()  # any other rerun leaves the cancelled run cancelled
+    assert _cancelled(at) and "seed 301)" in texts(at.caption)
+    at.button(key="run.occupancy.main.again").click().run()
+    assert not any("Run cancelled" in w.value for w in at.warning)
+    assert "seed 302)" in texts(at.caption) and list(at.dataframe[-1].value["Completed"]) == ["200", "200"]
+
+
+def _cancel_once_running(gate: GpuGate) -> tuple[threading.Thread, threading.Event]:
+    """A thread that asks ``gate`` to cancel the run holding it, once one does (as another tab or
+    session may); set the event to stop it."""
+    stop = threading.Event()
+
+    def cancel():
+        while not stop.wait(0.001):
+            if gate.status().busy and gate.request_cancel():
+                return
+
+    thread = threading.Thread(target=cancel)
+    thread.start()
+    return thread, stop
+
+
+def test_a_cancel_asked_of_the_gate_stops_the_simulation_between_steps():
+    gate = GpuGate()
+    at = open_page(PAGE, {**SIM, "simn": str(2 * QUEUE_REQUESTS), "simseed": "311"}, session={GATE_HOOK: gate})
+    before = _pool_metrics(at, "decode pool")
+    thread, stop = _cancel_once_running(gate)
+    try:
+        at.number_input(key="cluster.sim_seed").set_value(312).run()
+    finally:
+        stop.set()
+        thread.join(5)
+    assert not at.exception and not gate.status().busy  # stopped through its progress calls, the gate freed
+    assert "last finished run's" in _cancelled(at)
+    assert _pool_metrics(at, "decode pool") == before and "seed 311)" in texts(at.caption)
+    assert "run-results-occupancy-main" in _stale(at)
+
+
+def test_a_long_simulation_queues_behind_another_session_and_a_short_one_does_not():
+    gate = GpuGate()
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with gate.hold("simulating over time"):
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    assert holding.wait(5)
+    try:
+        at = open_page(PAGE, {**SIM, "simseed": "321"}, session={GATE_HOOK: gate})
+        # 200 requests a pool take milliseconds: they run at once, beside the other session's run.
+        assert gate.status().busy and "behind another session's run" not in texts(at.caption)
+        assert list(at.dataframe[-1].value["Completed"]) == ["200", "200"]
+        at.number_input(key="cluster.sim_requests").set_value(QUEUE_REQUESTS)
+        threading.Timer(1.0, release.set).start()  # the page reaches its run well within this, then queues
+        at.run()
+    finally:
+        release.set()
+        thread.join(5)
+    assert not at.exception
+    queued = next(c.value for c in at.caption if "behind another session's run" in c.value)
+    assert "This run queued" in queued
+    assert f"{QUEUE_REQUESTS:,} Poisson arrivals" in texts(at.caption)
+    assert list(at.dataframe[-1].value["Completed"]) == [f"{QUEUE_REQUESTS:,}"] * 2

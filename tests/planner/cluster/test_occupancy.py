@@ -111,6 +111,40 @@ def test_seeded_runs_repeat():
     assert first == again
 
 
+# ---- progress --------------------------------------------------------------------------------------
+class _Stop(Exception):
+    """What a caller's progress callback raises to stop the run (the page's Cancel does so)."""
+
+
+def test_progress_covers_both_pools_and_changes_no_figure(occupancy):
+    shares = []
+    again = simulate_occupancy(_spec(), compare(_spec(), LOAD, prefill=ONE, decode=ONE), requests=REQUESTS, seed=7,
+                               progress=shares.append)
+    assert again.as_record() == occupancy.as_record()
+    # Two pools, each half the run: the decode pool's end is reported as 0.5, the aggregated one's as 1.
+    assert shares == sorted(shares) and 0 < shares[0] and shares[-1] == 1.0 and 0.5 in shares
+    # About every 1 % of a pool's 400 requests (4 completions), its end reported once more: at most
+    # 101 reports a pool.
+    assert 2 < len(shares) <= 2 * 101
+
+
+def test_what_the_callback_raises_stops_the_run():
+    both = compare(_spec(), LOAD, prefill=ONE, decode=ONE)
+    seen = []
+
+    def stop_in_the_aggregated_pool(share: float) -> None:
+        seen.append(share)
+        if share > 0.5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        simulate_occupancy(_spec(), both, requests=REQUESTS, seed=7, progress=stop_in_the_aggregated_pool)
+    # The decode pool ran to its end (0.5); the aggregated pool's first report was the last.
+    assert 0.5 in seen and [s for s in seen if s > 0.5] == seen[-1:]
+    with pytest.raises(TypeError, match="progress"):
+        simulate_occupancy(_spec(), both, requests=10, progress=0.5)
+
+
 # ---- python -m planner cluster --simulate ---------------------------------------------------------
 TOY_ARGS = ["--layers", "2", "--q-heads", "4", "--kv-heads", "4", "--head-dim", "64", "--params", "1e9",
             "--kv-dtype", "bf16", "--weight-dtype", "bf16", "--gpu-memory-gb", "10", "--gpu-bandwidth-tbs", "1",
