@@ -9,6 +9,7 @@ import threading
 from planner.cluster import cli as cluster_cli
 from planner.cluster.page_view import ClusterPageInputs, RoleLayout, cluster_record
 from support.apptest import figures, metric_text, open_page, texts
+from support.gates import cancelled_by_another_session, held_by_another_session
 from ui.cluster_occupancy_view import QUEUE_REQUESTS, TAB
 from ui.gpu_lock import GpuGate
 from ui.run_feedback import GATE_HOOK, cancel_key
@@ -181,31 +182,12 @@ def test_a_cancelled_simulation_keeps_the_last_figures_marked_stale():
     assert "seed 302)" in texts(at.caption) and list(at.dataframe[-1].value["Completed"]) == ["200", "200"]
 
 
-def _cancel_once_running(gate: GpuGate) -> tuple[threading.Thread, threading.Event]:
-    """A thread that asks ``gate`` to cancel the run holding it, once one does (as another tab or
-    session may); set the event to stop it."""
-    stop = threading.Event()
-
-    def cancel():
-        while not stop.wait(0.001):
-            if gate.status().busy and gate.request_cancel():
-                return
-
-    thread = threading.Thread(target=cancel)
-    thread.start()
-    return thread, stop
-
-
 def test_a_cancel_asked_of_the_gate_stops_the_simulation_between_steps():
     gate = GpuGate()
     at = open_page(PAGE, {**SIM, "simn": str(2 * QUEUE_REQUESTS), "simseed": "311"}, session={GATE_HOOK: gate})
     before = _pool_metrics(at, "decode pool")
-    thread, stop = _cancel_once_running(gate)
-    try:
+    with cancelled_by_another_session(gate):
         at.number_input(key="cluster.sim_seed").set_value(312).run()
-    finally:
-        stop.set()
-        thread.join(5)
     assert not at.exception and not gate.status().busy  # stopped through its progress calls, the gate freed
     assert "last finished run's" in _cancelled(at)
     assert _pool_metrics(at, "decode pool") == before and "seed 311)" in texts(at.caption)
@@ -214,17 +196,7 @@ def test_a_cancel_asked_of_the_gate_stops_the_simulation_between_steps():
 
 def test_a_long_simulation_queues_behind_another_session_and_a_short_one_does_not():
     gate = GpuGate()
-    holding, release = threading.Event(), threading.Event()
-
-    def other_session():
-        with gate.hold("simulating over time"):
-            holding.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other_session)
-    thread.start()
-    assert holding.wait(5)
-    try:
+    with held_by_another_session(gate) as release:
         at = open_page(PAGE, {**SIM, "simseed": "321"}, session={GATE_HOOK: gate})
         # 200 requests a pool take milliseconds: they run at once, beside the other session's run.
         assert gate.status().busy and "behind another session's run" not in texts(at.caption)
@@ -232,9 +204,6 @@ def test_a_long_simulation_queues_behind_another_session_and_a_short_one_does_no
         at.number_input(key="cluster.sim_requests").set_value(QUEUE_REQUESTS)
         threading.Timer(1.0, release.set).start()  # the page reaches its run well within this, then queues
         at.run()
-    finally:
-        release.set()
-        thread.join(5)
     assert not at.exception
     queued = next(c.value for c in at.caption if "behind another session's run" in c.value)
     assert "This run queued" in queued

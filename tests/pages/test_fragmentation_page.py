@@ -17,6 +17,7 @@ from sizing.report import Handoff
 from support import apptest
 from support.apptest import figures as charts
 from support.apptest import metric_number as metric
+from support.gates import cancelled_by_another_session, held_by_another_session
 from ui.fragmentation_charts import prefix_sweep_figure
 from ui.gpu_lock import GpuGate
 from ui.run_feedback import GATE_HOOK, cancel_key
@@ -356,21 +357,6 @@ def test_a_run_queued_behind_another_session_says_so():
     assert "behind another session's run" in queued and metric(at, "Completed") == 2000
 
 
-def _cancel_once_running(gate: GpuGate) -> tuple[threading.Thread, threading.Event]:
-    """A thread that asks ``gate`` to cancel the run holding it, once one does (as another tab or
-    session may); set the event to stop it."""
-    stop = threading.Event()
-
-    def cancel():
-        while not stop.wait(0.001):
-            if gate.status().busy and gate.request_cancel():
-                return
-
-    thread = threading.Thread(target=cancel)
-    thread.start()
-    return thread, stop
-
-
 PREFIX_RUN = {"budget": "tokens", "tokens": "400000", "pfs": "1000", "pfu": "50", "pfn": "20", "pfo": "20",
               "tab": "prefix"}
 
@@ -379,12 +365,8 @@ def test_the_prefix_run_stops_between_steps_and_keeps_the_last_figures_marked_st
     gate = GpuGate()
     at = open_page(query={**PREFIX_RUN, "seed": "201"}, session={GATE_HOOK: gate})
     assert metric(at, "Prefill tokens saved") == 19 * 992  # 62 full 16-token blocks of the 1,000-token prefix
-    thread, stop = _cancel_once_running(gate)
-    try:
+    with cancelled_by_another_session(gate):
         at.number_input(key="frag.pf_requests").set_value(30).run()  # 29 later requests: 28,768 tokens
-    finally:
-        stop.set()
-        thread.join(5)
     assert not at.exception and not gate.status().busy
     assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
     assert metric(at, "Prefill tokens saved") == 19 * 992  # the 20-request run's figures, still there
@@ -407,13 +389,9 @@ def test_a_large_sharing_run_stops_between_steps_and_keeps_the_last_figures():
     gate = GpuGate()
     at = open_page(query={"tab": "sharing", "seed": "211"}, session={GATE_HOOK: gate})
     assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 83  # 31 + 4 × 13 at B = 16
-    thread, stop = _cancel_once_running(gate)
-    try:
+    with cancelled_by_another_session(gate):
         _set_large_sharing(at)
         at.run()
-    finally:
-        stop.set()
-        thread.join(5)
     assert not at.exception and not gate.status().busy
     assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
     assert table(at, "Blocks with sharing").iloc[0]["Blocks with sharing"] == 83
@@ -422,17 +400,7 @@ def test_a_large_sharing_run_stops_between_steps_and_keeps_the_last_figures():
 
 def test_a_large_sharing_run_queues_behind_another_session_and_a_small_one_does_not():
     gate = GpuGate()
-    holding, release = threading.Event(), threading.Event()
-
-    def other_session():
-        with gate.hold("simulating over time"):
-            holding.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other_session)
-    thread.start()
-    assert holding.wait(5)
-    try:
+    with held_by_another_session(gate) as release:
         at = open_page(query={"tab": "sharing", "seed": "212"}, session={GATE_HOOK: gate})
         # The default scenarios take milliseconds: they run at once, beside the other session's run.
         assert gate.status().busy and not any("queued" in c.value for c in at.caption)
@@ -440,9 +408,6 @@ def test_a_large_sharing_run_queues_behind_another_session_and_a_small_one_does_
         _set_large_sharing(at)
         threading.Timer(1.0, release.set).start()  # the page reaches its run well within this, then queues
         at.run()
-    finally:
-        release.set()
-        thread.join(5)
     queued = next(c.value for c in at.caption if "queued" in c.value)
     assert "behind another session's run" in queued
     # B = 1: 500 + 4 × 200 = 1,300 blocks shared against 4 × 700 = 2,800.

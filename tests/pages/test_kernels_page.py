@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from support.apptest import metric_text as _metric
 from support.apptest import open_page
 from support.apptest import texts as _texts
 from support.paths import FIXTURES
+from support.gates import held_by_another_session
 from ui.gpu_lock import GpuGate
 
 FIXTURE = FIXTURES / "kernels_bench_synthetic.json"
@@ -257,23 +257,10 @@ def test_gpu_cancel_between_shapes():
 
 def test_other_session_holding_the_gpu_is_shown():
     gate = GpuGate()
-    holding, release = threading.Event(), threading.Event()
-
-    def other_session():
-        with gate.hold("decode B=128 L=32768 (another tab)"):
-            holding.set()
-            release.wait(30)
-
-    thread = threading.Thread(target=other_session)
-    thread.start()
-    try:
-        holding.wait(10)
+    with held_by_another_session(gate, "decode B=128 L=32768 (another tab)", hold_s=30):
         at = _app(Backend(gpu=True, device="fake", run=_refuse), kernels_gate=gate).run()
         assert "Waiting for the GPU: another session is running decode B=128 L=32768 (another tab)" in _texts(
             at.warning)
-    finally:
-        release.set()
-        thread.join()
 
 
 # ---------------------------------------------------------------------------------- mixed batches

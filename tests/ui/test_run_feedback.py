@@ -6,6 +6,7 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from support.gates import held_by_another_session
 from ui.gpu_lock import GpuGate
 from ui.run_feedback import GATE_HOOK, results_key, stale_css, sticky_css
 from ui.run_queue import ResultStore, queued_message
@@ -143,22 +144,9 @@ def test_a_run_queued_behind_another_session_says_how_long_it_waited():
 
 def test_a_run_that_skips_the_queue_does_not_wait_for_another_sessions_run():
     gate = GpuGate()
-    holding, release = threading.Event(), threading.Event()
-
-    def other_session():
-        with gate.hold("simulating over time"):
-            holding.set()
-            release.wait(10)
-
-    thread = threading.Thread(target=other_session)
-    thread.start()
-    assert holding.wait(5)
-    try:
+    with held_by_another_session(gate):
         at = _app(gate, steps=1, queue=False).run(timeout=5)
         # Done while the other run still holds the gate: nothing waited, nothing says it queued.
         assert gate.status().busy
-    finally:
-        release.set()
-        thread.join(5)
     assert [m.value for m in at.metric] == ["10"] and not at.exception
     assert not any("queued" in c.value.lower() for c in at.caption)
