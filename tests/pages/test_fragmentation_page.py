@@ -318,20 +318,8 @@ def test_a_cancelled_run_keeps_the_last_results_marked_stale():
 def test_a_cancel_asked_of_the_gate_stops_the_comparison_between_steps():
     gate = GpuGate()
     at = open_page(query={**SMALL_RUN, "seed": "103"}, session={GATE_HOOK: gate})
-    stop = threading.Event()
-
-    def cancel_once_running():
-        while not stop.wait(0.001):
-            if gate.status().busy and gate.request_cancel():
-                return
-
-    thread = threading.Thread(target=cancel_once_running)
-    thread.start()
-    try:
+    with cancelled_by_another_session(gate):
         at.toggle(key="frag.compare").set_value(True).run()
-    finally:
-        stop.set()
-        thread.join(5)
     assert not at.exception
     assert "Run cancelled" in at.warning[0].value and "no earlier result" in at.warning[0].value
     assert not any("Allocator" in df.value.columns for df in at.dataframe)  # no comparison half drawn

@@ -6,7 +6,7 @@ import threading
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from support.gates import held_by_another_session
+from support.gates import cancelled_by_another_session, held_by_another_session
 from ui.gpu_lock import GpuGate
 from ui.run_feedback import GATE_HOOK, results_key, stale_css, sticky_css
 from ui.run_queue import ResultStore, queued_message
@@ -98,20 +98,8 @@ def test_a_cancel_between_steps_keeps_the_last_result():
     at = _app(gate).run()
     assert [m.value for m in at.metric] == ["10"] and not at.warning
     at.session_state["n"] = 2
-    stop = threading.Event()
-
-    def cancel_once_running():
-        while not stop.wait(0.001):
-            if gate.status().busy and gate.request_cancel():
-                return
-
-    thread = threading.Thread(target=cancel_once_running)
-    thread.start()
-    try:
+    with cancelled_by_another_session(gate):
         at.run()
-    finally:
-        stop.set()
-        thread.join(5)
     # The run stopped at a progress call, before finishing: the figure is the last finished one.
     assert [m.value for m in at.metric] == ["10"]
     assert "Run cancelled" in at.warning[0].value and "last finished run's" in at.warning[0].value
