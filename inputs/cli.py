@@ -31,6 +31,32 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(clip(" ".join(message.split()), MAX_MESSAGE_CHARS))
 
 
+MAX_LIST_CHARS = 4096  # a list option longer than this is not a list of sizes
+
+
+def token_list(bound: Bound) -> Callable[[str], tuple[int, ...]]:
+    """An argparse ``type``: comma-separated whole numbers with an optional k (x 1024), each in
+    ``bound``: ``1k,32k`` -> (1024, 32768)."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        if len(text) > MAX_LIST_CHARS:
+            raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {len(text)} characters")
+        out = []
+        for part in text.split(","):
+            part = part.strip().lower()
+            digits = part.removesuffix("k")
+            if not digits.isdigit():
+                raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {shown(text)}")
+            try:
+                out.append(int(bound.check(int(digits) * (1024 if part.endswith("k") else 1), shown_as=part)))
+            except InputError as exc:
+                raise argparse.ArgumentTypeError(exc.message) from None
+        return tuple(out)
+
+    parse.__name__ = bound.field
+    return parse
+
+
 def arg_type(bound: Bound) -> Callable[[str], int | float]:
     """An argparse ``type`` that parses with ``bound`` (argparse prefixes the option's name)."""
 

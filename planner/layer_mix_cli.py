@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 
 from inputs.bounds import Bound
-from inputs.cli import OneLineParser, UsageError, arg_type, help_range, run_cli
-from inputs.errors import InputError, shown
+from inputs.cli import MAX_LIST_CHARS, OneLineParser, UsageError, arg_type, help_range, run_cli, token_list
+from inputs.errors import InputError
 from kernels.bench.layer_mix_records import MAX_MIX_BATCH, MAX_MIX_CONTEXT, write_layer_mix_json
 from planner.layer_mix import DEFAULT_MODELS, DEFAULT_SHAPES, default_jobs
 from sizing.catalogue import get_entry
@@ -28,29 +28,6 @@ BATCH = Bound(field="batch", low=1, high=MAX_MIX_BATCH, integer=True, unit="sequ
 CONTEXT = Bound(field="context", low=1, high=MAX_MIX_CONTEXT, integer=True, unit="tokens")
 TP = Bound(field="tp", low=1, high=64, integer=True, unit="ranks")
 REP_MS = Bound(field="rep-ms", low=0, high=60_000, low_open=True, unit="ms")
-MAX_LIST_CHARS = 4096
-
-
-def _whole_list(bound: Bound):
-    """An argparse ``type``: comma-separated whole numbers with an optional k (x 1024), each in ``bound``."""
-
-    def parse(text: str) -> tuple[int, ...]:
-        if len(text) > MAX_LIST_CHARS:
-            raise argparse.ArgumentTypeError(f"expected whole numbers such as 1,32, got {len(text)} characters")
-        out = []
-        for part in text.split(","):
-            part = part.strip().lower()
-            digits = part.removesuffix("k")
-            if not digits.isdigit():
-                raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {shown(text)}")
-            try:
-                out.append(int(bound.check(int(digits) * (1024 if part.endswith("k") else 1), shown_as=part)))
-            except InputError as exc:
-                raise argparse.ArgumentTypeError(exc.message) from None
-        return tuple(out)
-
-    parse.__name__ = bound.field
-    return parse
 
 
 def _models(text: str) -> tuple[str, ...]:
@@ -70,8 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog=PROG, description="Time catalogue models' attention layer mixes on this GPU: one layer "
                                              "of each kind, the step's attention time and each kind's share.")
     p.add_argument("--model", type=_models, help=f"catalogue model ids, comma-separated (default {','.join(DEFAULT_MODELS)})")
-    p.add_argument("--batch", type=_whole_list(BATCH), help=f"batches, e.g. 1,32 (each {help_range(BATCH)})")
-    p.add_argument("--context", type=_whole_list(CONTEXT), help=f"contexts, e.g. 8k,32k (each {help_range(CONTEXT)})")
+    p.add_argument("--batch", type=token_list(BATCH), help=f"batches, e.g. 1,32 (each {help_range(BATCH)})")
+    p.add_argument("--context", type=token_list(CONTEXT), help=f"contexts, e.g. 8k,32k (each {help_range(CONTEXT)})")
     p.add_argument("--tp", type=arg_type(TP), default=1, help=f"tensor-parallel degree (default 1; {help_range(TP)})")
     p.add_argument("--no-fp8", action="store_true", help="bf16 KV only (default: bf16 and FP8)")
     p.add_argument("--rep-ms", type=arg_type(REP_MS), default=20.0, help=f"do_bench time per measurement ({help_range(REP_MS)})")

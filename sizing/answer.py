@@ -248,8 +248,9 @@ def engine_request_as_asked(report: SizingReport, settings: EngineSettings) -> E
     utilisation uncapped, a measured budget kept): what the sizer's engine view shows vLLM
     printing, built as the answer builds its own."""
     repo, activation = _model_source(report)
+    settings = replace(settings, measured_tp=report.tp)  # a measured budget is the asked TP's
     base = _base(report, settings, repo, activation, planned=float(settings.gpu_memory_utilization))
-    return replace(_at(replace(base, settings=replace(settings, measured_tp=report.tp)), report.tp, 1), users=report.users)
+    return _at(base, report.tp, 1, users=report.users)
 
 
 def _base(report: SizingReport, settings: EngineSettings, repo: str, activation: ActivationShape | None, *,

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from kernels.bench.family_records import FamiliesReport, ok_ms, ratio, read_families_file
-from kernels.bench.records import measured_text
+from kernels.bench.records import measured_text, required_text
 from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR
 from kernels.bench.target_notes import label_of
@@ -48,7 +48,7 @@ def _targets_frame(report: FamiliesReport) -> pd.DataFrame:
     return pd.DataFrame({"Target": [t.name for t in report.targets],
                          "In plain words": [label_of(t.name) for t in report.targets],
                          "Measured": [measured_text(t) or "—" for t in report.targets],
-                         "Required": [f"{'≤' if t.at_most else '≥'} {t.required:g}" for t in report.targets],
+                         "Required": [required_text(t) for t in report.targets],
                          "Met": ["yes" if t.met else "no" for t in report.targets]})
 
 

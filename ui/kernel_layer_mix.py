@@ -165,4 +165,4 @@ def layer_mix_section(*, gpu: bool = False, gate=None) -> None:
     if total is not None:
         read = result.bytes_read
         st.caption(f"Attention a step: **{total * 1e3:,.1f} µs** for {fmt(math.ceil(read), UnitSystem.DECIMAL)} read "
-                   f"({read / (total * 1e-3) / 1e12:,.2f} TB/s); {source}.")
+                   f"({result.read_tbps:,.2f} TB/s); {source}.")

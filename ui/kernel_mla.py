@@ -13,7 +13,7 @@ import streamlit as st
 from kernels.bench.family_records import ok_ms, ratio
 from kernels.bench.mla_records import (CEILING_HEADS, MlaReport, balance_flops_per_byte, best_peer_ms, bound_ms,
                                        flops_per_latent_byte, read_mla_file)
-from kernels.bench.records import measured_text
+from kernels.bench.records import measured_text, required_text
 from kernels.bench.results_json import newest_readable
 from kernels.bench.shipped import RESULTS_DIR, shown_command
 from kernels.bench.target_notes import label_of
@@ -54,7 +54,7 @@ def mla_targets_frame(report: MlaReport) -> pd.DataFrame:
     """The run's two targets in words, with the figure, the bound, where it is worst and whether it is met."""
     return pd.DataFrame({"Target": [label_of(t.name) for t in report.targets],
                          "Measured": [measured_text(t) or "—" for t in report.targets],
-                         "Required": [f"{'≤' if t.at_most else '≥'} {t.required:g}" for t in report.targets],
+                         "Required": [required_text(t) for t in report.targets],
                          "Where": [t.detail or "—" for t in report.targets],
                          "Met": ["yes" if t.met else "no" for t in report.targets]})
 

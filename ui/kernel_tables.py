@@ -16,7 +16,9 @@ from collections.abc import Mapping
 import pandas as pd
 
 from glossary import dtype_label
-from kernels.bench.records import BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult, measured_text
+from kernels.bench.records import (
+    BenchReport, DecodeResult, Measurement, MixedResult, PrefillResult, measured_text, required_text,
+)
 from kernels.bench.target_notes import label_of, limit_of
 
 if TYPE_CHECKING:  # the interpreter check needs Triton; these tables must not (the page's no-Triton view)
@@ -148,7 +150,7 @@ def target_frame(report: BenchReport) -> pd.DataFrame:
     rows = [{"Target": t.name,
              "In plain words": label_of(t.name),
              "Measured": measured_text(t),
-             "Required": f"{'≤' if t.at_most else '≥'} {t.required:g}",
+             "Required": required_text(t),
              "Met": "yes" if t.met else "no",
              "Worst shape": t.detail,
              "What limits it": limit_of(t) or ""} for t in report.targets]

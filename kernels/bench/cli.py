@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
 
 from inputs.bounds import Bound
-from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
+from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli, token_list
 from inputs.errors import InputError, shown
 from kernels.bench.families import FamilyConfig, family_config, format_families, run_families
 from kernels.bench.family_records import write_families_json
@@ -31,7 +31,7 @@ from kernels.bench.text_report import format_report
 from kernels.bench.sweeps import ProgressEvent, SweepConfig, run_sweep
 from kernels.bench.variants import DECODE_VARIANTS, variant_names
 
-__all__ = ["PROG", "build_parser", "config_from_args", "main", "token_list", "head_pairs", "variant_list"]
+__all__ = ["PROG", "build_parser", "config_from_args", "main", "head_pairs", "variant_list"]
 
 PROG = "python -m kernels.bench"
 MAX_TOKENS = 2**20  # 1M tokens: past any context this benchmark's GPUs can hold for one sequence
@@ -51,25 +51,6 @@ def _checked(bound: Bound, value: int, shown_as: str) -> int:
         return int(bound.check(value, shown_as=shown_as))
     except InputError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
-
-
-def token_list(bound: Bound) -> Callable[[str], tuple[int, ...]]:
-    """An argparse ``type``: comma-separated whole numbers with an optional k (x 1024), each in
-    ``bound``: ``1k,32k`` -> (1024, 32768)."""
-
-    def parse(text: str) -> tuple[int, ...]:
-        out = []
-        for part in text.split(","):
-            part = part.strip().lower()
-            mult = 1024 if part.endswith("k") else 1
-            digits = part.removesuffix("k")
-            if not digits.isdigit():
-                raise argparse.ArgumentTypeError(f"expected whole numbers such as 1k,32k, got {shown(text)}")
-            out.append(_checked(bound, int(digits) * mult, part))
-        return tuple(out)
-
-    parse.__name__ = bound.field
-    return parse
 
 
 def variant_list(text: str) -> tuple[str, ...]:

@@ -142,6 +142,12 @@ class MixResult:
         """What one step reads over all layers: each kind's bytes a layer x its layers."""
         return sum(k.bytes_read * k.layers for k in self.kinds)
 
+    @property
+    def read_tbps(self) -> float | None:
+        """The step's attention bytes over its attention time, TB/s (None when nothing was timed)."""
+        total = self.attention_ms
+        return None if total is None else self.bytes_read / (total * 1e-3) / 1e12
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerMixReport:

@@ -36,7 +36,7 @@ from kernels.theory import copy_tbps, decode_flops, decode_kv_bytes, prefill_flo
 __all__ = [
     "SCHEMA", "SCHEMA_VERSION", "DATASHEET_TBPS", "DATASHEET_TFLOPS",
     "STATUSES", "DECODE_CONTENDERS", "PAGED_PEERS", "FP8_PAGED_PEERS", "PREFILL_CONTENDERS", "MEMORY_CONTENDERS", "MIXED_CONTENDERS", "TARGET_SPECS",
-    "LARGE_DECODE_TOKENS", "eager_target_shape", "worst_target", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
+    "LARGE_DECODE_TOKENS", "eager_target_shape", "required_text", "worst_target", "MAX_BENCH_JSON_BYTES", "MAX_BENCH_JSON_DEPTH", "BenchJsonError",
     "Provenance", "Ceilings", "Measurement", "DecodeShape", "DecodeResult", "PrefillShape",
     "PrefillResult", "MixedShape", "MixedResult", "MemoryPoint", "Target", "measured_text", "BenchReport",
     "decode_kv_bytes", "decode_flops", "prefill_flops", "varlen_flops", "tbps", "tflops", "copy_tbps",
@@ -265,6 +265,11 @@ def measured_text(target: Target, digits: int = 3) -> str | None:
         if (shown <= target.required if target.at_most else shown >= target.required) == target.met:
             break
     return text
+
+
+def required_text(target: Target) -> str:
+    """What ``target`` asks for: ``"≥ 1.9"``, or ``"≤ 40"`` for a cost."""
+    return f"{'≤' if target.at_most else '≥'} {target.required:g}"
 
 
 @dataclass(frozen=True, kw_only=True)

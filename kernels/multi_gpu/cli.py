@@ -25,8 +25,7 @@ import torch
 from hardware.gpus import GPU_IDS
 from hardware.links import LINK_IDS
 from inputs.bounds import Bound
-from inputs.cli import OneLineParser, choice, run_cli
-from kernels.bench.cli import token_list
+from inputs.cli import OneLineParser, choice, run_cli, token_list
 from kernels.bench.sweeps import SweepConfig, decode_shapes
 from kernels.bench.timing import environment
 from kernels.multi_gpu import env

@@ -35,7 +35,7 @@ def _fresh_page(browser):
 
 
 def test_the_sizers_links_carry_the_answer_and_the_budget_to_a_fresh_browser(app_url, page, browser):
-    # The new user: Llama-3.1-70B, FP8 KV and weights, 32K context, 100 users, H100 SXM.
+    # A new user's question: Llama-3.1-70B, FP8 KV and weights, 32K context, 100 users, H100 SXM.
     goto(page, f"{app_url}/?model=llama-3.1-70b&kv=fp8&w=fp8&ctx=32768&users=100&gpu=h100-sxm&tp=8&ngpu=8")
     answer = {label: metric_value(page, label) for label in ANSWER_LABELS}
     assert answer["GPUs to deploy"] == "12 × H100 SXM" and answer["Layout"] == "TP 4 × 3 replicas"

@@ -471,7 +471,7 @@ def test_page_size_study_by_hand():
     assert study.block_sizes == (1, 8, 16, 32, 64, 128, 256)
     assert study.waste_tokens == (0.0, 0.0, 8.0, 24.0, 24.0, 24.0, 24.0)
     assert study.utilisation[2] == pytest.approx(1000 / 1008)
-    # Score = utilisation x mean relative rate (run 13's rates, h200-2026-12-03.json above; block 128 the
+    # Score = utilisation x mean relative rate (h200-2026-12-03.json's rates, above; block 128 the
     # fastest at both shapes, 4.1569 and 4.3476 TB/s): block 1 scores (4.0461/4.1569 + 4.2525/4.3476)/2 = 0.9757, block 8
     # (4.0835/4.1569 + 4.2728/4.3476)/2 = 0.9826, block 16 0.99206 x (4.1131/4.1569 + 4.3024/4.3476)/2
     # = 0.9817, block 32 0.97656 x 0.99609 = 0.9727 and block 128 0.97656 x 1 = 0.9766; the widest
