@@ -2,8 +2,8 @@
 step model (``planner/step_model.py``) is set beside (``planner/anchor.py`` reads the file).
 
 Each model is built from its catalogue config (the same ``data/models`` file and the same
-``sizing.hf_config`` shape the step model reads) as a plain-PyTorch decoder with random bf16
-weights; one decode step of ``batch`` sequences over ``context`` cached tokens each runs::
+``sizing.hf_config`` shape the step model reads) as a decoder with random bf16 weights; one
+decode step of ``batch`` sequences over ``context`` cached tokens each runs::
 
     embedding → per layer: RMSNorm, QKV (+ bias), [Q/K RMSNorm: Qwen3], RoPE, KV write into the
     paged pool, paged decode attention (kernels.decode.api, sliding_window= on windowed layers,
@@ -12,7 +12,13 @@ weights; one decode step of ``batch`` sequences over ``context`` cached tokens e
 MoE: router logits, top-k, softmax over the k chosen (Qwen3's softmax-then-renormalise is the
 same), the (token, expert) pairs sorted by expert and both expert GEMMs run as one grouped GEMM
 each (``torch._grouped_mm`` over the experts' offsets: experts no token picks read nothing);
-where that op is missing, a loop over every expert on all tokens (noted in each row).
+where that op is missing, the unfused build loops over every expert on all tokens (noted in each row).
+
+Two builds of the same step (``--build``): ``fused`` (the default) launches what a serving engine
+launches — residual add and RMSNorm as one kernel, RoPE with Qwen3's per-head norms and the KV
+write as one, SiLU-and-mul as one, the routing and the weighted combine of the experts in the
+kernels of ``kernels.layer`` (``decode_step_fused``); ``unfused`` runs each of those steps as its
+own chain of PyTorch ops (``decode_step``), the build of the first shipped anchor.
 Left out (a few elementwise kernels): RoPE scaling variants, gpt-oss's clamped SwiGLU and expert
 biases, Gemma's extra norms and GeGLU. The KV pages hold random values (timing does not depend on
 them); windowed layers keep only the pages of their last window (a ring per sequence).
@@ -47,6 +53,10 @@ import torch.nn.functional as F  # noqa: E402
 from hardware.gpus import get_gpu  # noqa: E402
 from kernels.bench.timing import replay_median_s  # noqa: E402
 from kernels.decode.api import paged_decode_attention  # noqa: E402
+from kernels.layer.activation import silu_and_mul  # noqa: E402
+from kernels.layer.moe import routed_experts  # noqa: E402
+from kernels.layer.norm import add_rms_norm  # noqa: E402
+from kernels.layer.rope_cache import rope_and_cache  # noqa: E402
 from planner.anchor import SCHEMA, SCHEMA_VERSION, AnchorReport, AnchorRow, write_anchor_json  # noqa: E402
 from planner.step_model import step_shape  # noqa: E402
 from sizing.catalogue import get_entry  # noqa: E402
@@ -59,12 +69,17 @@ BLOCK_SIZE = 16  # vLLM's default page
 RESERVE_BYTES = 6 * GiB  # activations, fp32 logits, graph pools, cuBLAS and Triton workspaces
 MIN_KV_BYTES = 8 * GiB  # what the weights must leave for the cache before fewer layers are built
 MIN_MODEL_S = 30.0  # budget a model needs left to be built (random weights, first compiles)
-METHOD = ("plain-PyTorch decoder from the catalogue config, random bf16 weights, bf16 paged KV cache of random "
-          "values; per layer RMSNorm, QKV, RoPE, KV write, kernels.decode.api.paged_decode_attention (windows, "
-          "sinks), O, RMSNorm, SwiGLU or MoE (top-k, softmax over the k, torch._grouped_mm over the routed pairs "
-          "unless a row says otherwise); final norm, LM head, argmax; one CUDA graph per (batch, context), "
-          "median of CUDA-event timed replays; left out: RoPE scaling, gpt-oss's clamped SwiGLU and expert "
-          "biases, Gemma's extra norms")
+_METHOD_COMMON = ("decoder from the catalogue config, random bf16 weights, bf16 paged KV cache of random values; "
+                  "kernels.decode.api.paged_decode_attention (windows, sinks); experts as torch._grouped_mm over "
+                  "the routed pairs unless a row says otherwise; final norm, LM head, argmax; one CUDA graph per "
+                  "(batch, context), median of CUDA-event timed replays; left out: RoPE scaling, gpt-oss's clamped "
+                  "SwiGLU and expert biases, Gemma's extra norms")
+METHODS = {
+    "fused": "fused build (kernels.layer: residual add + RMSNorm, RoPE + per-head norms + KV write, SiLU-and-mul, "
+             "MoE routing and combine, one kernel each, as serving engines launch them); " + _METHOD_COMMON,
+    "unfused": "plain-PyTorch build (each norm, RoPE, KV write, activation and routing step its own PyTorch ops); "
+               + _METHOD_COMMON,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +161,7 @@ class Layer:
     wo: torch.Tensor  # [hidden, q · d]
     sinks: torch.Tensor | None  # [q] fp32
     ln2: torch.Tensor
+    qk_norm: torch.Tensor | None = None  # [2, d]: q_norm then k_norm, as the fused RoPE kernel reads them
     w_gate_up: torch.Tensor | None = None  # dense: [2 I, hidden]
     w_down: torch.Tensor | None = None  # dense: [hidden, I]
     router: torch.Tensor | None = None  # MoE: [E, hidden]
@@ -180,6 +196,8 @@ def build_decoder(spec: DecoderSpec, *, layers: int | None = None, device="cpu",
             wo=_param((h, q * d), q * d, gen, device, dtype),
             sinks=_param((q,), 1, gen, device, torch.float32) if spec.sinks else None,
             ln2=ones(h), window=spec.windows[i])
+        if spec.qk_norm:
+            layer.qk_norm = torch.stack((layer.q_norm, layer.k_norm))
         if spec.experts:
             e, w = spec.experts, spec.moe_width
             layer.router = _param((e, h), h, gen, device, dtype)
@@ -318,6 +336,36 @@ def decode_step(model: Decoder, state: StepState, layers: int) -> tuple[torch.Te
     return torch.argmax(logits, dim=-1), logits
 
 
+def decode_step_fused(model: Decoder, state: StepState, layers: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`decode_step` with the launches a serving engine makes: the residual add and RMSNorm
+    as one kernel (the residual stream carried between them, as vLLM's layers pass it), RoPE with
+    the per-head norms and the KV write as one, SiLU-and-mul as one, and the experts' routing in
+    the kernels of ``kernels.layer.moe``. Same result as :func:`decode_step` within bf16 rounding."""
+    spec = model.spec
+    batch = state.tokens.shape[0]
+    x, residual = model.embed[state.tokens], None
+    for layer, (k_pool, v_pool) in zip(model.layers[:layers], state.pools):
+        h, residual = add_rms_norm(x, layer.ln1, spec.eps, residual)
+        qkv = F.linear(h, layer.wqkv, layer.bqkv)
+        table = state.tables[layer.window]
+        q = rope_and_cache(qkv, state.positions, model.inv_freq, k_pool, v_pool, table, q_heads=spec.q_heads,
+                           kv_heads=spec.kv_heads, qk_norm=layer.qk_norm, eps=spec.eps)
+        o = paged_decode_attention(q, k_pool, v_pool, table, state.seq_lens, validate=False,
+                                   sliding_window=layer.window, sinks=layer.sinks)
+        x = F.linear(o.reshape(batch, -1), layer.wo)
+        h, residual = add_rms_norm(x, layer.ln2, spec.eps, residual)
+        if layer.w13 is not None:
+            x = routed_experts(h, F.linear(h, layer.router), layer.w13, layer.w2, spec.top_k)
+        else:
+            x = F.linear(silu_and_mul(F.linear(h, layer.w_gate_up)), layer.w_down)
+    h, _ = add_rms_norm(x, model.final_norm, spec.eps, residual)
+    logits = F.linear(h, model.lm_head).float()
+    return torch.argmax(logits, dim=-1), logits
+
+
+STEPS = {"fused": decode_step_fused, "unfused": decode_step}
+
+
 # ---------------------------------------------------------------------------------------------
 # Timing on the GPU
 # ---------------------------------------------------------------------------------------------
@@ -360,7 +408,7 @@ def _probe_moe(model: Decoder) -> str:
 
 
 def run_model(model_id: str, batches: list[int], contexts: list[int], *, replays: int, deadline: float,
-              block_size: int) -> list[AnchorRow]:
+              block_size: int, build: str = "fused") -> list[AnchorRow]:
     entry = get_entry(model_id)
     spec = spec_from_config(entry.config_bytes, name=entry.name)
     free, _ = torch.cuda.mem_get_info()
@@ -387,14 +435,14 @@ def run_model(model_id: str, batches: list[int], contexts: list[int], *, replays
                 rows.append(AnchorRow(**row, layers_timed=0, note=f"time budget spent ({left:.0f} s left)"))
                 continue
             started = time.monotonic()
-            rows.append(_measure(model, row, built, replays, block_size, how))
+            rows.append(_measure(model, row, built, replays, block_size, how, STEPS[build]))
             longest = max(longest, time.monotonic() - started)
     del model
     torch.cuda.empty_cache()
     return rows
 
 
-def _measure(model: Decoder, row: dict, built: int, replays: int, block_size: int, how: str) -> AnchorRow:
+def _measure(model: Decoder, row: dict, built: int, replays: int, block_size: int, how: str, step) -> AnchorRow:
     spec, batch, context = model.spec, row["batch"], row["context"]
     torch.cuda.empty_cache()
     kv_room = torch.cuda.mem_get_info()[0] - RESERVE_BYTES
@@ -404,8 +452,8 @@ def _measure(model: Decoder, row: dict, built: int, replays: int, block_size: in
     state = None
     try:
         state = build_state(model, batch, context, layers=n, block_size=block_size)
-        measured = graph_ms(lambda: decode_step(model, state, n), replays)
-        head = graph_ms(lambda: decode_step(model, state, 0), replays)
+        measured = graph_ms(lambda: step(model, state, n), replays)
+        head = graph_ms(lambda: step(model, state, 0), replays)
     except Exception as exc:  # noqa: BLE001 - each failure becomes this shape's record
         why = " ".join(str(exc).split())[:300]
         return AnchorRow(**row, layers_timed=n, note=f"not measured: {type(exc).__name__}: {why}")
@@ -441,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-s", type=float, default=240.0, help="the whole run's time budget (s)")
     ap.add_argument("--replays", type=int, default=20, help="timed replays per shape (median kept)")
     ap.add_argument("--gpu", default="h200", help="hardware catalogue id the rows are compared on")
+    ap.add_argument("--build", choices=sorted(STEPS), default="fused",
+                    help="fused: the launches a serving engine makes (default); unfused: plain PyTorch ops")
     args = ap.parse_args(argv)
     if not (math.isfinite(args.budget_s) and 1 <= args.budget_s <= 3600):
         ap.error(f"--budget-s: between 1 and 3600 s, got {args.budget_s:g}")
@@ -466,13 +516,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[AnchorRow] = []
     for model_id in models:
         rows += run_model(model_id, args.batches, args.contexts, replays=args.replays, deadline=deadline,
-                          block_size=BLOCK_SIZE)
+                          block_size=BLOCK_SIZE, build=args.build)
         for row in rows[-len(args.batches) * len(args.contexts):]:
             figure = f"{row.step_ms:.3f} ms" if row.step_ms is not None else "skipped"
             print(f"{row.model} batch {row.batch} context {row.context}: {figure} ({row.note})", flush=True)
         # Written after every model, so a run stopped from outside keeps the models it finished.
         report = AnchorReport(schema=SCHEMA, schema_version=SCHEMA_VERSION, provenance=provenance, gpu=args.gpu,
-                              weight_format="bf16", kv_dtype="bf16", block_size=BLOCK_SIZE, method=METHOD,
+                              weight_format="bf16", kv_dtype="bf16", block_size=BLOCK_SIZE, method=METHODS[args.build],
                               budget_s=args.budget_s, wall_s=time.monotonic() - started, rows=tuple(rows))
         path = write_anchor_json(report, args.json)
     print(f"wrote {path}")

@@ -102,7 +102,7 @@ def test_no_sys_path_edits_in_the_app_or_libraries(path):
 
 # kernels/ by job (docs/ARCHITECTURE.md, "kernels/ by job"): each module lives in the subpackage of
 # its job, or is one of the few shared modules at the top.
-KERNEL_SUBPACKAGES = ("decode", "prefill", "cache", "reference", "bench", "multi_gpu")
+KERNEL_SUBPACKAGES = ("decode", "prefill", "cache", "reference", "layer", "bench", "multi_gpu")
 KERNEL_TOP_MODULES = {"__init__", "runtime", "tolerances", "occupancy", "theory", "attention_span"}
 _SHARED = {"runtime", "tolerances", "occupancy", "attention_span"}
 # Which parts of kernels/ each part may import (its own part always): references and pools stay
@@ -113,6 +113,8 @@ KERNELS_MAY_IMPORT = {
     "reference": _SHARED | {"cache"},
     "decode": _SHARED | {"cache", "reference"},
     "prefill": _SHARED | {"cache", "reference"},
+    # A layer's kernels around attention stand beside the attention kernels, importing none.
+    "layer": _SHARED,
     "bench": _SHARED | {"theory", "cache", "reference", "decode", "prefill"},
     # The multi-GPU harness: the decode entry on sharded pools, and the harness's records and timing.
     "multi_gpu": _SHARED | {"cache", "reference", "decode", "bench"},

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from benchmarks.bench_serving_anchor import (
-    DecoderSpec, build_decoder, build_state, decode_step, spec_from_config, timed_layers,
+    STEPS, DecoderSpec, build_decoder, build_state, decode_step, spec_from_config, timed_layers,
 )
 from hardware.gpus import get_gpu
 from kernels.bench.records import Provenance
@@ -103,13 +103,14 @@ def _reference_logits(model, state, context):
     return torch.stack(out)
 
 
+@pytest.mark.parametrize("build", sorted(STEPS))
 @pytest.mark.parametrize("spec, batch, context, block_size", [(MOE, 3, 37, 4), (DENSE, 2, 21, 8)],
                          ids=["moe-window-sinks", "dense"])
-def test_the_step_equals_a_dense_reference_forward(spec, batch, context, block_size):
+def test_the_step_equals_a_dense_reference_forward(spec, batch, context, block_size, build):
     model = build_decoder(spec, seed=3)
     state = build_state(model, batch, context, layers=spec.layers, block_size=block_size, seed=4)
     ref = _reference_logits(model, state, context)  # before the step writes its token's K/V
-    tokens, logits = decode_step(model, state, spec.layers)
+    tokens, logits = STEPS[build](model, state, spec.layers)
     assert logits.shape == (batch, spec.vocab)
     assert (logits - ref).abs().max().item() < LOGIT_ATOL
     top2 = ref.topk(2, dim=1).values
