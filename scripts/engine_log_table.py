@@ -8,8 +8,9 @@ Run from the repository root::
 For each case of :mod:`scripts.engine_log_cases` with ``in_table`` the prediction is
 :func:`sizing.engine.capacity.plan_engine` with no KV budget: the GPU's catalogue entry (or the
 log's own ``total_gpu_memory`` where it prints one), ``gpu_memory_utilization``, the weights the
-sizer estimates for the checkpoint's format (MXFP4 experts with the padding of the MoE kernel the
-case names, :mod:`sizing.engine.mxfp4`), and the memory profile's own activation, non-torch
+engine holds for the checkpoint's format (:func:`sizing.weights.engine_weight_bytes`: embeddings,
+``lm_head`` and norms 16-bit; MXFP4 experts with the padding of the MoE kernel the case names,
+:mod:`sizing.engine.mxfp4`), and the memory profile's own activation, non-torch
 and CUDA-graph estimates. A second column drops the CUDA-graph term for logs of vLLM releases that
 did not yet subtract it (before 0.21), to separate that term from the rest. The logged weights,
 activation peak and non-torch memory are shown beside the estimates wherever the log prints them.
@@ -33,7 +34,7 @@ from sizing.engine.vllm_log import ParsedLog, parse_vllm_log
 from sizing.errors import NoKVRoom, SizingError
 from sizing.precisions import get_precision
 from sizing.presets import get_preset
-from sizing.weights import model_weight_bytes
+from sizing.weights import engine_weight_bytes
 from units import GiB
 
 _V0_TOTAL = re.compile(r"total_gpu_memory=(\d+\.\d+)GiB")
@@ -80,7 +81,7 @@ def _v0_total_gib(case: LogCase) -> float | None:
 
 def _request(case: LogCase, parsed: ParsedLog, *, graphs_profiled: bool = True) -> tuple[EngineRequest, str]:
     shape = case.shape if case.shape is not None else get_preset(case.preset).shape
-    weights = model_weight_bytes(shape, get_precision(case.weight_dtype)).bytes
+    weights = engine_weight_bytes(shape, get_precision(case.weight_dtype)).bytes
     model = case.preset if case.shape is None else case.shape
     widths = case.widths
     if case.pp > 1:

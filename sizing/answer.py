@@ -227,7 +227,7 @@ class _Base:
     request: EngineRequest  # at TP 1, no PP; options replace tp, model and weights
 
 
-def _engine_weights(report: SizingReport) -> int:
+def engine_weights_total(report: SizingReport) -> int:
     """The weights as the engine holds them: the stated safetensors total, else the checkpoint's
     linear layers in the format and the rest 16-bit (:func:`sizing.weights.engine_weight_bytes`)."""
     if report.weights_source == "safetensors":
@@ -261,7 +261,7 @@ def _base(report: SizingReport, settings: EngineSettings, repo: str, activation:
         planned = min(float(settings.gpu_memory_utilization), MAX_PLANNED_UTILIZATION)
     request = EngineRequest(
         model=report.model, gpu=report.gpu, tp=1, kv_dtype=report.kv_precision.name,
-        weights_total_bytes=_engine_weights(report), max_model_len=report.context, block_size=report.block_size,
+        weights_total_bytes=engine_weights_total(report), max_model_len=report.context, block_size=report.block_size,
         gpu_memory_utilization=planned, max_num_batched_tokens=settings.max_num_batched_tokens,
         max_num_seqs=settings.max_num_seqs, rule=settings.rule, enforce_eager=settings.enforce_eager,
         activation=activation or ActivationShape.assumed_for(report.model), model_repo=repo,

@@ -38,7 +38,7 @@ from inputs.bounds import Bound
 from inputs.cli import OneLineParser, UsageError, arg_type, choice, help_range, run_cli
 from inputs.errors import InputError
 from inputs.uploads import dumps_strict, read_path_capped
-from sizing.answer import Answer, EngineSettings, answer_for
+from sizing.answer import Answer, EngineSettings, answer_for, engine_weights_total
 from sizing.engine.cli import (
     ENGINE_OPTION_FOR_FIELD,
     gib_bytes,
@@ -528,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = answer_for(report, engine_settings_from_args(args))
         engine = None
         if args.engine:
-            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, report.weights_bytes,
+            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, engine_weights_total(report),
                                                          weight_dtype=report.weight_precision.name))
         if args.json:
             print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {}),

@@ -12,8 +12,10 @@ Reverse questions:
 * the smallest TP — a power of two that divides the query heads and suits the KV heads, as
   vLLM requires (it pads the vocabulary, so that need not divide) — at which the users fit.
 
-The weights are the sizer's checkpoint figure ÷ TP, plus, for MXFP4 experts, the padding of the
-MoE kernel vLLM picks for the GPU (:mod:`sizing.engine.mxfp4`). ``vllm_version`` picks how "GPU KV
+The weights are the engine's checkpoint figure ÷ TP (:func:`sizing.weights.engine_weight_bytes`:
+embeddings, ``lm_head`` and norms 16-bit in every quantised format), plus the rows vLLM pads the
+vocabulary with (to a multiple of 64) and, for MXFP4 experts, the padding of the MoE kernel vLLM
+picks for the GPU (:mod:`sizing.engine.mxfp4`). ``vllm_version`` picks how "GPU KV
 cache size" is counted (:func:`~sizing.engine.groups.reported_kv_tokens`) and, before 0.21,
 leaves the CUDA-graph estimate out.
 
@@ -64,8 +66,8 @@ from sizing.errors import NoKVRoom, SizingError
 from sizing.models import MAX_TOKENS, ModelShape, check_int
 from sizing.precisions import Precision, get_precision
 from sizing.presets import get_preset
-from sizing.weights import engine_weight_bytes
-from units import GiB, cdiv
+from sizing.weights import engine_weight_bytes, padded_vocab, vocab_padding_bytes
+from units import GiB, MiB, cdiv
 
 ENGINE_KV_DTYPES = ("bf16", "fp16", "fp32", "fp8")  # what vLLM's --kv-cache-dtype can hold
 MAX_ENGINE_TP = 64
@@ -84,8 +86,9 @@ class EngineRequest:
     (``kernel_block_alignment`` overrides it, in tokens); ``speculative_tokens`` is vLLM's
     ``num_speculative_tokens``, which lengthens the convolution state of Mamba2 / gated-delta-net
     layers. ``weight_dtype`` names the checkpoint's format also when ``weights_total_bytes`` gives
-    its bytes: MXFP4 experts are then held at the padded shapes of ``mxfp4_backend`` (``auto``: the
-    backend vLLM picks on the GPU, :func:`sizing.engine.mxfp4.default_backend`). ``vllm_version``
+    its bytes (a safetensors total is taken as given, plus vLLM's vocabulary padding as for an
+    estimate): MXFP4 experts are then held at the padded shapes of ``mxfp4_backend`` (``auto``:
+    the backend vLLM picks on the GPU, :func:`sizing.engine.mxfp4.default_backend`). ``vllm_version``
     (default :data:`~sizing.engine.groups.DEFAULT_VLLM_VERSION`, the newest release the rules were
     checked against) picks how "GPU KV cache size" is counted; before 0.21 the CUDA graphs are
     not subtracted, as with ``cuda_graphs_profiled=False``. ``pp_layer_partition`` ("16,32", or
@@ -299,6 +302,20 @@ def _check_tp(model: ModelShape, tp: int) -> int:
     return tp
 
 
+def _vocab_padding(inp: _Inputs, tp: int) -> int:
+    """Bytes per GPU of the rows vLLM pads the 16-bit embedding and ``lm_head`` with
+    (:func:`sizing.weights.vocab_padding_bytes`); 0 when the widths are assumed. The embedding is
+    the first stage's and ``lm_head`` the last's (a tied one is the embedding itself on one stage,
+    a copy on the last of several); a stage built by the caller that is not the last counts
+    neither, since which one it is is not known."""
+    if inp.activation.assumed:
+        return 0
+    first = inp.stage == 0 if inp.whole is not None else inp.last_stage
+    tied = (inp.whole or inp.model).tied_embeddings is not False  # config.json's default: tied
+    matrices = int(first) + int(inp.last_stage and not (tied and first))
+    return cdiv(vocab_padding_bytes(inp.activation.vocab, inp.activation.hidden, matrices=matrices), tp)
+
+
 def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) -> MemoryProfile:
     total = request.total_bytes_per_gpu or inp.gpu.engine_total_bytes
     weights = request.weights_bytes_per_gpu
@@ -310,6 +327,11 @@ def _profile(request: EngineRequest, inp: _Inputs, tp: int, utilization: float) 
         elif inp.whole is not None:  # the whole model's bytes: the stage holds its share of the layers
             total_weights = math.ceil(Fraction(total_weights * inp.model.layers, inp.whole.layers))
         weights = math.ceil(Fraction(total_weights, tp))
+        vocab_rows = _vocab_padding(inp, tp)
+        if vocab_rows:
+            weights += vocab_rows
+            basis += (f" + {vocab_rows / MiB:,.2f} MiB of vocabulary padding ({inp.activation.vocab:,} → "
+                      f"{padded_vocab(inp.activation.vocab):,} rows)")
         if inp.mxfp4 is not None:
             experts = _experts(inp)
             padding = experts.padding_bytes_per_gpu(inp.mxfp4, tp)

@@ -125,3 +125,18 @@ def test_a_tp_that_cannot_hold_the_weights_is_reported_and_a_tp_recommended():
 def test_a_given_budget_that_holds_no_block_is_still_an_error():
     code, _, err = _run(main, ["--engine", "vllm", "--model", "llama-3.1-8b", "--kv-budget-gib-per-gpu", "0"])
     assert code == 2 and "--kv-budget-gib-per-gpu" in err
+
+
+def test_engine_weights_in_the_cli_are_the_engines_not_the_reference_formulas():
+    # Llama-3.1-70B with FP8 weights at TP 4: vLLM quantises the linear layers only, so the
+    # embedding and the untied lm_head (2 × 128,256 × 8,192 = 2,101,346,304 values) stay 16-bit,
+    # one byte each above the reference formula's 70.6 GB (70.6 B params × 1 B); ÷ 4 ranks that is
+    # at least 525,336,576 B more a GPU. The norms (80 × 2 × 8,192 + 8,192 = 1,318,912 values)
+    # add 329,728 B more a GPU, so the term lies within a few MB of 18,175,666,304 B.
+    code, out, _ = _run(main, ["--json", "--engine", "vllm", "--model", "llama-3.1-70b", "--weight-dtype", "fp8",
+                               "--tp", "4", "--gpu", "h100-sxm", "--context", "32768", "--users", "100"])
+    assert code == 0
+    data = json.loads(out)
+    terms = {t["name"]: t["bytes"] for t in data["engine_memory"]["terms"]}
+    assert data["weights_bytes"] == 70_600_000_000  # the reference formula's figure stays in the report
+    assert 18_175_666_304 <= terms["weights"] <= 18_175_666_304 + 2_000_000
