@@ -30,7 +30,12 @@ def _numbers(pattern: str, text: str) -> list[float]:
 def test_every_log_has_a_source():
     readme = (LOGS / "README.md").read_text()
     names = {p.name for p in LOGS.glob("*.log")}
-    assert names == {"deepseek-v2-lite-tp2-pp2-vllm20665.log", "qwen3-coder-30b-a3b-fp8-pp2-vllm34076.log"}
+    assert names == {
+        "deepseek-v2-lite-tp2-pp2-vllm20665.log",
+        "qwen3-coder-30b-a3b-fp8-pp2-vllm34076.log",
+        "qwen3-235b-a22b-fp8-tp8-ep-ai-platform.log",
+        "qwen3-30b-a3b-fp8-tp2-ep-ai-platform.log",
+    }
     for name in names:
         assert f"`{name}`" in readme
 
