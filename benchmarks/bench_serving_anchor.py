@@ -10,9 +10,11 @@ decode step of ``batch`` sequences over ``context`` cached tokens each runs::
     sinks on gpt-oss), O projection, RMSNorm, SwiGLU MLP or MoE → final RMSNorm, LM head, argmax
 
 MoE: router logits, top-k, softmax over the k chosen (Qwen3's softmax-then-renormalise is the
-same), the (token, expert) pairs sorted by expert and both expert GEMMs run as one grouped GEMM
-each (``torch._grouped_mm`` over the experts' offsets: experts no token picks read nothing);
-where that op is missing, the unfused build loops over every expert on all tokens (noted in each row).
+same), the (token, expert) pairs grouped by expert and both expert GEMMs over them: the fused
+build runs ``kernels.layer.moe``'s Triton expert GEMM over 16-row blocks of one expert (as vLLM's
+fused MoE does), the unfused build one ``torch._grouped_mm`` per projection over the experts'
+offsets (experts no token picks read nothing in either); where that op is missing, the unfused
+build loops over every expert on all tokens (noted in each row).
 
 Two builds of the same step (``--build``): ``fused`` (the default) launches what a serving engine
 launches — residual add and RMSNorm as one kernel, RoPE with Qwen3's per-head norms and the KV
@@ -70,15 +72,15 @@ RESERVE_BYTES = 6 * GiB  # activations, fp32 logits, graph pools, cuBLAS and Tri
 MIN_KV_BYTES = 8 * GiB  # what the weights must leave for the cache before fewer layers are built
 MIN_MODEL_S = 30.0  # budget a model needs left to be built (random weights, first compiles)
 _METHOD_COMMON = ("decoder from the catalogue config, random bf16 weights, bf16 paged KV cache of random values; "
-                  "kernels.decode.api.paged_decode_attention (windows, sinks); experts as torch._grouped_mm over "
-                  "the routed pairs unless a row says otherwise; final norm, LM head, argmax; one CUDA graph per "
+                  "kernels.decode.api.paged_decode_attention (windows, sinks); final norm, LM head, argmax; one CUDA graph per "
                   "(batch, context), median of CUDA-event timed replays; left out: RoPE scaling, gpt-oss's clamped "
                   "SwiGLU and expert biases, Gemma's extra norms")
 METHODS = {
     "fused": "fused build (kernels.layer: residual add + RMSNorm, RoPE + per-head norms + KV write, SiLU-and-mul, "
-             "MoE routing and combine, one kernel each, as serving engines launch them); " + _METHOD_COMMON,
-    "unfused": "plain-PyTorch build (each norm, RoPE, KV write, activation and routing step its own PyTorch ops); "
-               + _METHOD_COMMON,
+             "MoE routing and combine, one kernel each, as serving engines launch them; experts as kernels.layer.moe's "
+             "Triton expert GEMM over 16-row blocks of one expert); " + _METHOD_COMMON,
+    "unfused": "plain-PyTorch build (each norm, RoPE, KV write, activation and routing step its own PyTorch ops; "
+               "experts as torch._grouped_mm over the routed pairs unless a row says otherwise); " + _METHOD_COMMON,
 }
 
 
@@ -178,7 +180,7 @@ class Decoder:
     lm_head: torch.Tensor  # [vocab, hidden]
     inv_freq: torch.Tensor  # [d / 2] fp32
     layers: list[Layer] = field(default_factory=list)
-    moe_impl: str = "grouped_mm"  # or "all_experts"
+    moe_impl: str = "grouped_mm"  # the unfused build's experts, or "all_experts"; "triton" in the fused build
 
 
 def build_decoder(spec: DecoderSpec, *, layers: int | None = None, device="cpu", dtype=torch.bfloat16,
@@ -422,8 +424,10 @@ def run_model(model_id: str, batches: list[int], contexts: list[int], *, replays
     if skip:
         return [AnchorRow(**base, layers_timed=0, batch=b, context=c, note=skip) for b in batches for c in contexts]
     model = build_decoder(spec, layers=built, device="cuda")
-    model.moe_impl = _probe_moe(model) if spec.experts else "none"
-    how = {"grouped_mm": "experts: one grouped GEMM per projection over the routed pairs",
+    # The fused build's experts are its own Triton kernels; only the unfused build needs the grouped GEMM.
+    model.moe_impl = "none" if not spec.experts else "triton" if build == "fused" else _probe_moe(model)
+    how = {"triton": "experts: kernels.layer.moe's Triton expert GEMM over 16-row blocks of one expert",
+           "grouped_mm": "experts: one grouped GEMM per projection over the routed pairs",
            "all_experts": "experts: every expert on every token (no grouped GEMM on this torch)",
            "none": "dense SwiGLU MLP"}[model.moe_impl]
     rows, longest = [], 0.0
