@@ -38,7 +38,7 @@ import triton.language as tl  # noqa: E402
 
 from kernels.layer.activation import silu_and_mul  # noqa: E402
 
-__all__ = ["route_top_k", "routed_experts", "ExpertGemmConfig", "GEMMS", "MAX_EXPERTS", "MAX_TOP_K"]
+__all__ = ["route_top_k", "routed_experts", "gemm_config_for", "ExpertGemmConfig", "GEMMS", "MAX_EXPERTS", "MAX_TOP_K"]
 
 MAX_EXPERTS = 1024
 MAX_TOP_K = 32
@@ -61,7 +61,16 @@ class ExpertGemmConfig:
     num_stages: int = 4
 
 
-DEFAULT_GEMM_CONFIG = ExpertGemmConfig()
+SMALL_BATCH_CONFIG = ExpertGemmConfig()
+LARGE_BATCH_CONFIG = ExpertGemmConfig(block_m=64, block_n=64, block_k=64)
+
+
+def gemm_config_for(pairs: int, experts: int) -> ExpertGemmConfig:
+    """The tiles for ``pairs`` (tokens × top-k) over ``experts``: 16-row blocks while an expert
+    averages at most 16 pairs (decode batches: the GEMM reads weights, and taller blocks only pad
+    more rows), 64-row blocks beyond (each expert's weight tile then serves more rows per read).
+    Chosen from the host-known pair count, so a CUDA graph's grid stays fixed."""
+    return SMALL_BATCH_CONFIG if pairs <= 16 * experts else LARGE_BATCH_CONFIG
 
 
 @triton.jit
@@ -247,8 +256,7 @@ def _expert_gemm(a: torch.Tensor, w: torch.Tensor, block_expert: torch.Tensor, r
 
 
 def routed_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor,
-                   top_k: int, *, gemm: str = "triton",
-                   config: ExpertGemmConfig = DEFAULT_GEMM_CONFIG) -> torch.Tensor:
+                   top_k: int, *, gemm: str = "triton", config: ExpertGemmConfig | None = None) -> torch.Tensor:
     """The routed experts' SwiGLU MLP of ``x``, weighted by the router.
 
     Parameters
@@ -260,7 +268,8 @@ def routed_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tens
     top_k : experts each token goes to
     gemm : ``"triton"`` (the block-tiled expert GEMM) or ``"grouped_mm"`` (``torch._grouped_mm``
         over the same padded rows)
-    config : the Triton GEMM's tiles; ``block_m`` is the padding unit for both choices
+    config : the Triton GEMM's tiles (default :func:`gemm_config_for` the pairs); ``block_m`` is
+        the padding unit for both choices
 
     Returns
     -------
@@ -286,7 +295,9 @@ def routed_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tens
     if not tokens:
         return out
     ids, weights, counts = route_top_k(router_logits, top_k)
-    pairs, block_m = tokens * top_k, config.block_m
+    pairs = tokens * top_k
+    config = config or gemm_config_for(pairs, experts)
+    block_m = config.block_m
     # Each expert's rows padded to whole blocks: at most pairs · BLOCK_M rows when every pair has
     # an expert of its own, and at most pairs + experts · (BLOCK_M − 1) in any case.
     max_blocks = triton.cdiv(min(pairs * block_m, pairs + experts * (block_m - 1)), block_m)

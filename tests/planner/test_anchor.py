@@ -2,7 +2,7 @@
 forward written here, its layer choice by hand, and the anchor file's reader and comparison.
 
 On CPU the paged decode kernel runs under TRITON_INTERPRET=1 (tests/conftest.py sets it when
-no CUDA device is visible), on tiny two-layer configs.
+no CUDA device is visible), on tiny two-layer configs; with a GPU the same configs run on it.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from units import GiB
 # size ~3) moved by at most 0.022 on these configs over seeds 3-7; a wrong RoPE position moves
 # them by ~1.2 and a dropped attention sink by ~0.16.
 LOGIT_ATOL = 0.05
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 MOE = DecoderSpec(name="tiny-moe", layers=2, hidden=64, q_heads=4, kv_heads=2, head_dim=16, intermediate=0,
                   experts=4, top_k=2, moe_width=32, vocab=50, windows=(8, None), attention_bias=True,
@@ -107,7 +108,7 @@ def _reference_logits(model, state, context):
 @pytest.mark.parametrize("spec, batch, context, block_size", [(MOE, 3, 37, 4), (DENSE, 2, 21, 8)],
                          ids=["moe-window-sinks", "dense"])
 def test_the_step_equals_a_dense_reference_forward(spec, batch, context, block_size, build):
-    model = build_decoder(spec, seed=3)
+    model = build_decoder(spec, seed=3, device=DEVICE)
     state = build_state(model, batch, context, layers=spec.layers, block_size=block_size, seed=4)
     ref = _reference_logits(model, state, context)  # before the step writes its token's K/V
     tokens, logits = STEPS[build](model, state, spec.layers)
@@ -120,7 +121,7 @@ def test_the_step_equals_a_dense_reference_forward(spec, batch, context, block_s
 
 
 def test_the_grouped_experts_equal_the_loop_over_every_expert():
-    model = build_decoder(MOE, seed=5)
+    model = build_decoder(MOE, seed=5, device=DEVICE)
     state = build_state(model, 4, 19, layers=2, block_size=4, seed=6)
     grouped = decode_step(model, state, 2)[1]
     model.moe_impl = "all_experts"

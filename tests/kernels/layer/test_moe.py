@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.layer.moe import GEMMS, route_top_k, routed_experts
+from kernels.layer.moe import GEMMS, ExpertGemmConfig, gemm_config_for, route_top_k, routed_experts
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -57,3 +57,26 @@ def test_routed_experts_refuse_an_unknown_gemm():
     with pytest.raises(ValueError, match="gemm"):
         routed_experts(x, torch.zeros(2, 4), torch.zeros(4, 32, 32, dtype=torch.bfloat16),
                        torch.zeros(4, 32, 16, dtype=torch.bfloat16), 2, gemm="cublas")
+
+
+def test_the_tiles_grow_with_the_pairs_an_expert_averages():
+    # Qwen3-30B-A3B (128 experts, top-8): batch 256 is 2,048 pairs, 16 an expert → 16-row blocks;
+    # gpt-oss-20b (32 experts, top-4): batch 256 is 1,024 pairs, 32 an expert → 64-row blocks.
+    assert gemm_config_for(256 * 8, 128).block_m == 16
+    assert gemm_config_for(256 * 4, 32).block_m == 64
+    assert gemm_config_for(1 * 4, 32).block_m == 16
+
+
+def test_routed_experts_in_64_row_blocks_equal_16_row_blocks():
+    gen = torch.Generator().manual_seed(2)
+    tokens, experts, top_k, hidden, width = 50, 2, 2, 64, 32  # 50 pairs an expert: 64-row blocks
+    x = torch.randn(tokens, hidden, generator=gen).to(torch.bfloat16).to(DEVICE)
+    router = torch.randn(tokens, experts, generator=gen).to(DEVICE)
+    w13 = (torch.randn(experts, 2 * width, hidden, generator=gen) * hidden ** -0.5).to(torch.bfloat16).to(DEVICE)
+    w2 = (torch.randn(experts, hidden, width, generator=gen) * width ** -0.5).to(torch.bfloat16).to(DEVICE)
+    assert gemm_config_for(tokens * top_k, experts).block_m == 64
+    tall = routed_experts(x, router, w13, w2, top_k).float()
+    short = routed_experts(x, router, w13, w2, top_k, config=ExpertGemmConfig(block_m=16)).float()
+    # The same products a row, in fp32; the K tile (64 against 128) changes only the order of the
+    # sums, far below one bf16 step of these unit-scale outputs (2⁻⁸ ≈ 0.004 of the value).
+    assert torch.allclose(tall, short, atol=1e-2, rtol=0)
