@@ -190,11 +190,11 @@ def test_a_window_plans_its_splits_for_the_keys_it_sees():
     cfg = default_config(64, torch.bfloat16)
     plan = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sliding_window=128)
     sms = torch.cuda.get_device_properties(0).multi_processor_count if ON_GPU else 4
-    # 192 keys at most: 3 tiles of 64, a window short enough to stay whole.
-    assert cfg.block_n == 64 and plan.num_splits == 1
+    # 192 keys at most: 2 tiles of 128 (head dim 64's tile), a window short enough to stay whole.
+    assert cfg.block_n == 128 and plan.num_splits == 1
     longer = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sliding_window=1024)
     if not ON_GPU:  # on a GPU the residency comes from the compiled kernel
-        # 1,088 keys at most: 17 tiles, one a split at most.
+        # 1,152 keys at most: 9 tiles, one a split at most.
         assert longer.num_splits == default_num_splits(1, 2, 1024 + cfg.block_n, cfg.block_n, sms, cfg.waves, 2,
                                                        min_tiles=1) > 1
     full = decode_plan(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
