@@ -11,7 +11,7 @@ decode step of ``batch`` sequences over ``context`` cached tokens each runs::
 
 MoE: router logits, top-k, softmax over the k chosen (Qwen3's softmax-then-renormalise is the
 same), the (token, expert) pairs grouped by expert and both expert GEMMs over them: the fused
-build runs ``kernels.layer.moe``'s Triton expert GEMM over 16- or 64-row blocks of one expert
+build runs ``kernels.layer.moe``'s Triton expert GEMM over 16- to 64-row blocks of one expert
 (as vLLM's fused MoE does), the unfused build one ``torch._grouped_mm`` per projection over the
 experts' offsets (experts no token picks read nothing in either); where that op is missing, the
 unfused build loops over every expert on all tokens (noted in each row).
@@ -78,7 +78,7 @@ _METHOD_COMMON = ("decoder from the catalogue config, random bf16 weights, bf16 
 METHODS = {
     "fused": "fused build (kernels.layer: residual add + RMSNorm, RoPE + per-head norms + KV write, SiLU-and-mul, "
              "MoE routing and combine, one kernel each, as serving engines launch them; experts as kernels.layer.moe's "
-             "Triton expert GEMM over 16- or 64-row blocks of one expert); " + _METHOD_COMMON,
+             "Triton expert GEMM over 16- to 64-row blocks of one expert); " + _METHOD_COMMON,
     "unfused": "plain-PyTorch build (each norm, RoPE, KV write, activation and routing step its own PyTorch ops; "
                "experts as torch._grouped_mm over the routed pairs unless a row says otherwise); " + _METHOD_COMMON,
 }
@@ -426,7 +426,7 @@ def run_model(model_id: str, batches: list[int], contexts: list[int], *, replays
     model = build_decoder(spec, layers=built, device="cuda")
     # The fused build's experts are its own Triton kernels; only the unfused build needs the grouped GEMM.
     model.moe_impl = "none" if not spec.experts else "triton" if build == "fused" else _probe_moe(model)
-    how = {"triton": "experts: kernels.layer.moe's Triton expert GEMM over 16- or 64-row blocks of one expert",
+    how = {"triton": "experts: kernels.layer.moe's Triton expert GEMM over 16- to 64-row blocks of one expert",
            "grouped_mm": "experts: one grouped GEMM per projection over the routed pairs",
            "all_experts": "experts: every expert on every token (no grouped GEMM on this torch)",
            "none": "dense SwiGLU MLP"}[model.moe_impl]

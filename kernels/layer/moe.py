@@ -58,19 +58,27 @@ class ExpertGemmConfig:
     block_n: int = 64
     block_k: int = 128
     num_warps: int = 4
-    num_stages: int = 4
+    num_stages: int = 4  # tiles in flight
 
 
-SMALL_BATCH_CONFIG = ExpertGemmConfig()
-LARGE_BATCH_CONFIG = ExpertGemmConfig(block_m=64, block_n=64, block_k=64)
+# The tiles by the pairs an expert averages, fastest of 9-12 configurations on the H200 at
+# Qwen3-30B-A3B's and gpt-oss-20b's decode batches 1-512 (docs/planner/VALIDATION.md).
+GEMM_CONFIGS = (  # (most pairs an expert averages, tiles)
+    (8, ExpertGemmConfig(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)),
+    (16, ExpertGemmConfig(block_m=32, block_n=128, block_k=64, num_warps=4, num_stages=4)),
+    (None, ExpertGemmConfig(block_m=64, block_n=128, block_k=64, num_warps=4, num_stages=3)),
+)
 
 
 def gemm_config_for(pairs: int, experts: int) -> ExpertGemmConfig:
     """The tiles for ``pairs`` (tokens × top-k) over ``experts``: 16-row blocks while an expert
-    averages at most 16 pairs (decode batches: the GEMM reads weights, and taller blocks only pad
-    more rows), 64-row blocks beyond (each expert's weight tile then serves more rows per read).
-    Chosen from the host-known pair count, so a CUDA graph's grid stays fixed."""
-    return SMALL_BATCH_CONFIG if pairs <= 16 * experts else LARGE_BATCH_CONFIG
+    averages at most 8 pairs (the GEMM reads weights, and taller blocks only pad more rows), 32
+    rows up to 16 and 64 beyond (each weight tile read then serves more rows). Chosen from the
+    host-known pair count, so a CUDA graph's grid stays fixed."""
+    for most, config in GEMM_CONFIGS:
+        if most is None or pairs <= most * experts:
+            return config
+    raise AssertionError("the last entry takes every count")
 
 
 @triton.jit

@@ -125,7 +125,7 @@ def test_the_plan_names_the_kernel_its_config_and_the_split_count_the_call_uses(
     from kernels.decode.int4 import default_int4_config
     from kernels.decode.paged import decode_num_splits
 
-    q, c = _cache([5, 700], device="cpu")
+    q, c = _cache([5, 700])  # on the GPU where there is one: the plan compiles the kernel there
     args = (c.k_cache, c.v_cache, c.block_tables, c.seq_lens)
     plan = decode_plan(q, *args)
     assert plan.kernel == "triton" and plan.config == default_config(128, torch.bfloat16)

@@ -60,9 +60,11 @@ def test_routed_experts_refuse_an_unknown_gemm():
 
 
 def test_the_tiles_grow_with_the_pairs_an_expert_averages():
-    # Qwen3-30B-A3B (128 experts, top-8): batch 256 is 2,048 pairs, 16 an expert → 16-row blocks;
-    # gpt-oss-20b (32 experts, top-4): batch 256 is 1,024 pairs, 32 an expert → 64-row blocks.
-    assert gemm_config_for(256 * 8, 128).block_m == 16
+    # Qwen3-30B-A3B (128 experts, top-8): batch 128 is 1,024 pairs, 8 an expert → 16-row blocks,
+    # batch 256 16 an expert → 32; gpt-oss-20b (32 experts, top-4): batch 256 is 1,024 pairs,
+    # 32 an expert → 64-row blocks; batch 1 → 16.
+    assert gemm_config_for(128 * 8, 128).block_m == 16
+    assert gemm_config_for(256 * 8, 128).block_m == 32
     assert gemm_config_for(256 * 4, 32).block_m == 64
     assert gemm_config_for(1 * 4, 32).block_m == 16
 
