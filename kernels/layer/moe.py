@@ -62,7 +62,7 @@ class ExpertGemmConfig:
 
 
 # The tiles by the pairs an expert averages, fastest of 9-12 configurations on the H200 at
-# Qwen3-30B-A3B's and gpt-oss-20b's decode batches 1-512 (docs/planner/VALIDATION.md).
+# Qwen3-30B-A3B's and gpt-oss-20b's decode batches 1-512 (benchmarks/results/planner/README.md).
 GEMM_CONFIGS = (  # (most pairs an expert averages, tiles)
     (8, ExpertGemmConfig(block_m=16, block_n=64, block_k=128, num_warps=4, num_stages=4)),
     (16, ExpertGemmConfig(block_m=32, block_n=128, block_k=64, num_warps=4, num_stages=4)),

@@ -234,3 +234,22 @@ def test_the_shipped_h200_anchor_reads_back_with_every_row_measured():
     assert len(rows) == len(shipped.rows) == 45
     # Scaled rows are exactly those that timed fewer layers than the model has.
     assert sum(r.scaled for r in rows) == sum(x.layers_timed < x.layers_total for x in shipped.rows)
+
+
+def test_the_step_model_holds_on_the_shipped_h200_anchor():
+    # The step model against whole decode steps on the same GPU (the fused build, which launches
+    # what vLLM launches). The target is every row within 10 %; the shipped run has 44 of 45 there
+    # and one at +10.5 %, within the ~2 % the same rows moved between runs of one day
+    # (benchmarks/results/planner/README.md). A step-model change that moves any row past 12 %
+    # or the median past 6 % fails here.
+    from pathlib import Path
+    from statistics import median
+
+    from planner.anchor import compare, read_anchor_file
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "planner"
+    (path,) = sorted(folder.glob("serving-anchor-h200-*.json"))
+    errors = [abs(r.relative_error) for r in compare(read_anchor_file(path).rows)]
+    assert len(errors) == 45
+    assert max(errors) <= 0.12 and median(errors) <= 0.06
+    assert sum(e <= 0.10 for e in errors) >= 44
