@@ -72,9 +72,9 @@ RESERVE_BYTES = 6 * GiB  # activations, fp32 logits, graph pools, cuBLAS and Tri
 MIN_KV_BYTES = 8 * GiB  # what the weights must leave for the cache before fewer layers are built
 MIN_MODEL_S = 30.0  # budget a model needs left to be built (random weights, first compiles)
 _METHOD_COMMON = ("decoder from the catalogue config, random bf16 weights, bf16 paged KV cache of random values; "
-                  "kernels.decode.api.paged_decode_attention (windows, sinks); final norm, LM head, argmax; one CUDA graph per "
-                  "(batch, context), median of CUDA-event timed replays; left out: RoPE scaling, gpt-oss's clamped "
-                  "SwiGLU and expert biases, Gemma's extra norms")
+                  "kernels.decode.api.paged_decode_attention (windows, sinks); final norm, LM head, argmax; "
+                  "one CUDA graph per (batch, context), median of CUDA-event timed replays; left out: RoPE scaling, "
+                  "gpt-oss's clamped SwiGLU and expert biases, Gemma's extra norms")
 METHODS = {
     "fused": "fused build (kernels.layer: residual add + RMSNorm, RoPE + per-head norms + KV write, SiLU-and-mul, "
              "MoE routing and combine, one kernel each, as serving engines launch them; experts as kernels.layer.moe's "

@@ -528,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         answer = answer_for(report, engine_settings_from_args(args))
         engine = None
         if args.engine:
-            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, engine_weights_total(report),
+            weights = engine_weights_total(report)
+            engine = run_engine(engine_request_from_args(args, request.model, request.gpu, weights,
                                                          weight_dtype=report.weight_precision.name))
         if args.json:
             print(dumps_strict({**report.to_dict(), **(engine.to_dict() if engine else {}),

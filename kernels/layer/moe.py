@@ -75,10 +75,7 @@ def gemm_config_for(pairs: int, experts: int) -> ExpertGemmConfig:
     averages at most 8 pairs (the GEMM reads weights, and taller blocks only pad more rows), 32
     rows up to 16 and 64 beyond (each weight tile read then serves more rows). Chosen from the
     host-known pair count, so a CUDA graph's grid stays fixed."""
-    for most, config in GEMM_CONFIGS:
-        if most is None or pairs <= most * experts:
-            return config
-    raise AssertionError("the last entry takes every count")
+    return next(config for most, config in GEMM_CONFIGS if most is None or pairs <= most * experts)
 
 
 @triton.jit
