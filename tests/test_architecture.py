@@ -203,7 +203,7 @@ def test_the_kernel_state_notes_exist_and_stay_short(name):
 
 # One public entry per job: outside kernels/decode/, code reaches a decode kernel only through
 # kernels.decode.api (the kernels' own launchers are for the entry and the kernels' tests).
-_DECODE_LAUNCHERS = ("triton_decode", "triton_int4_decode", "rdq_decode", "triton_mla_decode")
+_DECODE_LAUNCHERS = ("triton_decode", "triton_int4_decode", "rdq_decode", "triton_mla_decode", "gluon_mla_decode")
 _APP_AND_LIBRARY_DIRS = ("kernels", "ui", "pages", "planner", "sizing", "simulation", "scripts", "benchmarks")
 
 

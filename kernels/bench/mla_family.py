@@ -7,7 +7,9 @@ to FP8 (one per-tensor scale, :func:`kernels.cache.mla.quantize_mla_fp8`) and ti
 Contenders:
 
 ==================  ===============================================================================
-mla                 :func:`kernels.decode.api.mla_decode_attention` at its default config
+mla                 :func:`kernels.decode.api.mla_decode_attention` at its default config (on Hopper
+                    at 64+ heads and a 16-bit latent the Gluon kernel, else the Triton one)
+mla_triton          the same entry with the Triton kernel's default config (the Triton kernel)
 sglang_triton_8     SGLang's Triton MLA decode (:mod:`kernels.bench.triton_peers`) at 8 splits a
                     sequence, its ``--triton-attention-num-kv-splits`` default; bf16 only
 sglang_triton_16    the same at 16 splits (faster at small batches); bf16 only
@@ -33,7 +35,7 @@ import torch  # noqa: E402
 
 from inputs.errors import InputError  # noqa: E402
 from kernels.bench.mla_records import (  # noqa: E402
-    MLA_KV_FORMATS, PEER_CONTENDERS, SCHEMA, SCHEMA_VERSION, MlaReport, MlaResult, MlaShape, bound_ms,
+    MLA_CONTENDERS, MLA_KV_FORMATS, PEER_CONTENDERS, SCHEMA, SCHEMA_VERSION, MlaReport, MlaResult, MlaShape, bound_ms,
     compute_mla_targets, mla_flops,
 )
 from kernels.bench.records import Ceilings, Measurement, measured_text  # noqa: E402
@@ -42,7 +44,7 @@ from kernels.bench.timing import environment, free_cuda_memory, is_oom, measure,
 from kernels.bench.triton_peers import load_sglang_decode, sglang_mla_call  # noqa: E402
 from kernels.cache.mla import DEEPSEEK_V3_RANK, DEEPSEEK_V3_ROPE, MlaLatentCache, build_mla_cache, quantize_mla_fp8  # noqa: E402
 from kernels.decode.api import mla_decode_attention  # noqa: E402
-from kernels.decode.mla import mla_num_splits  # noqa: E402
+from kernels.decode.mla import default_mla_config, mla_num_splits  # noqa: E402
 from kernels.reference.mla import mla_decode_reference  # noqa: E402
 from kernels.tolerances import tolerance  # noqa: E402
 
@@ -122,9 +124,13 @@ def _new_pool(shape: MlaShape, config: MlaRunConfig, seed: int) -> _Pool:
 
 def _contenders(x: _Pool, config: MlaRunConfig) -> list[tuple[str, object, str]]:
     """``(name, call(i) or the reason it does not run, note)`` of each contender on this pool."""
+    triton_config = default_mla_config(x.shape.n_heads)
     calls: list[tuple[str, object, str]] = [(
         "mla", lambda i: mla_decode_attention(x.q_latent[i], x.q_rope[i], x.cache, sm_scale=SM_SCALE,
-                                              validate=False), "this project's kernel, default config")]
+                                              validate=False), "this project's kernel, default config"),
+        ("mla_triton", lambda i: mla_decode_attention(x.q_latent[i], x.q_rope[i], x.cache, sm_scale=SM_SCALE,
+                                                      config=triton_config, validate=False),
+         "this project's Triton kernel, its default config")]
     if not config.peers:
         return calls + [(name, "not asked for in this run", "") for name in PEER_CONTENDERS]
     if x.shape.kv != "bf16":
@@ -188,7 +194,7 @@ def _bench_shape(shape: MlaShape, config: MlaRunConfig, ceilings: Ceilings, seed
         words = f"building the pool: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
         return MlaResult(num_splits=None, measurements=tuple(
             Measurement(contender=name, status=status, unit=UNIT, work=mla_flops(shape), note=words)
-            for name in ("mla", *PEER_CONTENDERS)), **common)
+            for name in MLA_CONTENDERS), **common)
     finally:
         x = None
         if config.device == "cuda":

@@ -45,7 +45,8 @@ SCHEMA = "kv-cache-explorer.kernels.bench.mla"
 SCHEMA_VERSION = 1
 MLA_KV_FORMATS = ("bf16", "fp8")
 PEER_CONTENDERS = ("sglang_triton_8", "sglang_triton_16")  # SGLang's kernel at 8 (its default cap) and 16 splits
-MLA_CONTENDERS = ("mla", *PEER_CONTENDERS)
+# "mla_triton": the Triton kernel on the same call, where "mla" runs the Gluon one (Hopper).
+MLA_CONTENDERS = ("mla", "mla_triton", *PEER_CONTENDERS)
 CEILING_MIN_BATCH, CEILING_MIN_CONTEXT, CEILING_HEADS = 64, 4096, 128  # where mla_decode_vs_ceiling reads
 MAX_JSON_BYTES = 4 * 2**20
 MAX_JSON_DEPTH = 16

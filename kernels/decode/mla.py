@@ -46,9 +46,11 @@ from kernels.decode.launch import (  # noqa: E402
     SplitPlan, check_call_options, interpreted, planned_split, signature, split_buffers,
 )
 from kernels.decode.merge import merge_splits  # noqa: E402
+from kernels.decode.mla_gluon import gluon_mla_num_splits, gluon_mla_supported  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 
-__all__ = ["MlaConfig", "triton_mla_decode", "mla_num_splits", "default_mla_config", "MLA_HEAD_TILES"]
+__all__ = ["MlaConfig", "triton_mla_decode", "mla_num_splits", "default_mla_config", "MLA_HEAD_TILES",
+           "check_mla_call"]
 
 MLA_HEAD_TILES = (16, 32, 64)  # BLOCK_H choices: tl.dot needs at least 16 rows
 
@@ -256,17 +258,26 @@ def _compile(q_latent, cache, config, trial: SplitPlan):
     return _launch(q_latent, q_latent[..., :cache.rope_dim], cache, 1.0, config, trial, out, warmup=True)
 
 
-def triton_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLatentCache, *,
-                      sm_scale: float, num_splits: int | None = None, config: MlaConfig | None = None,
-                      validate: bool = True) -> torch.Tensor:
-    """Absorbed MLA decode (arguments as :func:`kernels.decode.api.mla_decode_attention`, which
-    is how callers reach it); returns ``[batch, n_heads, rank]`` in the query's dtype."""
+def check_mla_call(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLatentCache, *, sm_scale: float,
+                   num_splits: int | None, config: MlaConfig | None, validate: bool) -> float:
+    """Refuse an MLA decode call either kernel cannot take (naming the argument); the checked
+    ``sm_scale``. ``validate``: also check lengths and table entries (one host sync)."""
     _check(q_latent, q_rope, cache)
     if config is not None and not isinstance(config, MlaConfig):
         raise ValueError(f"config must be an MlaConfig, got {type(config).__name__}")
     sm_scale = check_call_options(sm_scale, num_splits, cache.kv_lora_rank)
     if validate:
         _check_values(cache)
+    return sm_scale
+
+
+def triton_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLatentCache, *,
+                      sm_scale: float, num_splits: int | None = None, config: MlaConfig | None = None,
+                      validate: bool = True) -> torch.Tensor:
+    """Absorbed MLA decode (arguments as :func:`kernels.decode.api.mla_decode_attention`, which
+    is how callers reach it); returns ``[batch, n_heads, rank]`` in the query's dtype."""
+    sm_scale = check_mla_call(q_latent, q_rope, cache, sm_scale=sm_scale, num_splits=num_splits, config=config,
+                              validate=validate)
     config = config or default_mla_config(q_latent.shape[1])
     plan = _plan(q_latent, cache, config, num_splits)
     out = torch.empty_like(q_latent)
@@ -277,6 +288,10 @@ def triton_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLa
 
 
 def mla_num_splits(q_latent: torch.Tensor, cache: MlaLatentCache, *, config: MlaConfig | None = None) -> int:
-    """The split count :func:`triton_mla_decode` would use (nothing is launched)."""
+    """The split count the call :func:`kernels.decode.api.mla_decode_attention` routes would use
+    (the Gluon kernel's where it takes the call, else :func:`triton_mla_decode`'s; nothing is launched)."""
+    if config is None and gluon_mla_supported(q_latent, cache):
+        return gluon_mla_num_splits(q_latent.shape[0], q_latent.shape[1],
+                                    cache.block_tables.shape[1] * cache.block_size, q_latent.device)
     config = config or default_mla_config(q_latent.shape[1])
     return _plan(q_latent, cache, config, None).num_splits

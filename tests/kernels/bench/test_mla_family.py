@@ -65,12 +65,12 @@ def test_a_toy_run_times_and_checks_every_contender(report):
     assert report.provenance.command == COMMAND
     assert [r.shape.kv for r in report.results] == ["bf16", "fp8"]
     bf16, fp8 = report.results
-    assert [m.contender for m in bf16.measurements] == ["mla", "sglang_triton_8", "sglang_triton_16"]
-    for m in bf16.measurements + fp8.measurements[:1]:
+    assert [m.contender for m in bf16.measurements] == ["mla", "mla_triton", "sglang_triton_8", "sglang_triton_16"]
+    for m in bf16.measurements + fp8.measurements[:2]:
         assert m.status == "ok" and m.median_ms > 0 and m.max_abs_err <= bf16.atol, m
     # FP8: SGLang quantises the query too, so its rows say why they do not run.
-    assert [m.status for m in fp8.measurements[1:]] == ["skipped", "skipped"]
-    assert "query" in fp8.measurements[1].note
+    assert [m.status for m in fp8.measurements[2:]] == ["skipped", "skipped"]
+    assert "query" in fp8.measurements[2].note
     # FLOPs: 2 x 2 sequences x 64 tokens x 16 heads x (288 + 256).
     assert bf16.measurements[0].work == mla_flops(bf16.shape) == 2 * 2 * 64 * 16 * 544 == 2_228_224
     text = format_mla(report)
