@@ -597,11 +597,11 @@ def test_the_shipped_mla_run_is_shown_without_a_gpu():
                    2 * 64 * 4096 * 128 * 1088 / (c["matmul_tflops"] * 1e9))
     peer_ms = min(ms["sglang_triton_8"], ms["sglang_triton_16"])
     rate = next(m["rate"] for m in r["measurements"] if m["contender"] == "mla")
-    assert row["Ours (µs)"] == f"{ms['mla'] * 1e3:,.1f}" == "384.5"
-    assert row["TFLOP/s"] == f"{rate:,.0f}" == "190"
-    assert row["Share of bound"] == f"{bound_ms / ms['mla']:.2f}" == "0.27"
-    assert row["SGLang Triton best (µs)"] == f"{peer_ms * 1e3:,.1f}" == "1,225.7"
-    assert row["Ours ÷ SGLang (speed)"] == f"{peer_ms / ms['mla']:.2f}×" == "3.19×"
+    assert row["Ours (µs)"] == f"{ms['mla'] * 1e3:,.1f}" == "144.3"
+    assert row["TFLOP/s"] == f"{rate:,.0f}" == "506"
+    assert row["Share of bound"] == f"{bound_ms / ms['mla']:.2f}" == "0.65"
+    assert row["SGLang Triton best (µs)"] == f"{peer_ms * 1e3:,.1f}" == "1,216.3"
+    assert row["Ours ÷ SGLang (speed)"] == f"{peer_ms / ms['mla']:.2f}×" == "8.43×"
     fp8 = frame[(frame["Shape"] == "B=64 L=4096 H=128") & (frame["Latent"] == "fp8")].iloc[0]
     assert fp8["SGLang Triton best (µs)"] == "—" and fp8["Ours ÷ SGLang (speed)"] == "—"  # the peer skipped FP8
     targets = next(d.value for d in at.dataframe if "Where" in d.value.columns).set_index("Target")
@@ -609,11 +609,11 @@ def test_the_shipped_mla_run_is_shown_without_a_gpu():
     assert met == {"Share of the ceilings' bound, 128 heads, bf16 latent, B ≥ 64, L ≥ 4K (worst shape)": "no",
                    "Speed vs SGLang's Triton MLA decode, best of 8 and 16 splits, bf16 (worst shape)": "yes"}
     text = _texts(at.caption)
-    # 2 x 128 x 1088 FLOPs over 576 x 2 B = 241.8 per byte; 708.18 TFLOP/s / 4.2510 TB/s = 166.6.
+    # 2 x 128 x 1088 FLOPs over 576 x 2 B = 241.8 per byte; 773.58 TFLOP/s / 4.2493 TB/s = 182.0.
     per_byte, balance = 2 * 128 * 1088 / (576 * 2), c["matmul_tflops"] / c["copy_tbps"]
     assert f"does {per_byte:.0f} FLOPs per bf16 latent byte, past the {balance:.0f}" in text
-    assert "242 FLOPs" in text and "the 167 this GPU" in text and "at 16 heads it does 30" in text
-    assert "driver 580.159.04" in text and "commit b4a104c" in text
+    assert "242 FLOPs" in text and "the 182 this GPU" in text and "at 16 heads it does 30" in text
+    assert "driver 580.159.04" in text and "commit a5af746" in text
     assert "`python -m kernels.bench --mla --json mla-h200-2026-12-04.json`" in text and "/root/" not in text
 
 
