@@ -46,6 +46,15 @@ TARGET_LABELS: dict[str, str] = {
         "(6.5 + 0.58 L) / (6.5 + 0.58 L / 8) under 3.0 for every L below ~36K tokens, so at W / L = 1/8 the "
         "target holds only from ~36K (measured: 1.49-2.5 at 8K, 2.42-2.44 at 32K with W = 4,096 in FP8, "
         "3.15-123x at every other shape).",
+    "mla_decode_vs_ceiling":
+        "At 128 heads, 16-bit latent, Hopper runs the two-warpgroup Gluon kernel (64 heads a program, "
+        "one warpgroup's S = Q K^T and softmax, P.V split between both, 64-token TMA pages in two slots "
+        "beside Q's 72 KiB). In the H200 run of 2026-12-04 it reached 506-519 TFLOP/s at B >= 64, 0.65-0.67 "
+        "of that run's 774 TFLOP/s dense matmul (0.71-0.73 of the 708 the same GPU measured that morning). "
+        "With its softmax removed it took the same time (152.1 against 151.8 us at B64 L4K), so the limit "
+        "is its chain of 17 wgmmas a tile and the two-slot copy pipeline: 32- and 16-token tiles in four "
+        "and eight slots ran 17-25 % and 44-50 % slower, and a third 64-token slot does not fit in shared "
+        "memory. Elsewhere the Triton kernel runs, at 0.25-0.32.",
     "mixed_vs_split_launches": "Mixed prefill + decode batch in one launch vs two launches",
     "mixed_vs_gather_sdpa": "Mixed batch vs copying the pages out, then padded SDPA",
     "chunked_prefill_vs_dense": "Chunked prefill on pages vs the dense tiled prefill, same batch",
