@@ -72,12 +72,7 @@ GLUON_MLA_ROPE = 64
 GLUON_MLA_HEADS = 64  # query heads a program (wgmma's M)
 GLUON_MLA_TOKENS = 64  # tokens a tile (one TMA box of rows)
 _CHUNK = 64  # columns a TMA box: 128 bytes of 16-bit values, the widest 128-byte-swizzled box
-_SLOT_BYTES = 144 * 1024  # what the slots may take beside Q's 72 KiB, P and the barriers
-
-
-def _stages(tokens: int) -> int:
-    """Slots of ``tokens``-token tiles that fit :data:`_SLOT_BYTES` (64 -> 2, 32 -> 4, 16 -> 8)."""
-    return _SLOT_BYTES // (tokens * (GLUON_MLA_RANK + GLUON_MLA_ROPE) * 2)
+_STAGES = 2
 
 
 def gluon_mla_supported(q_latent: torch.Tensor, cache: MlaLatentCache) -> bool:
@@ -369,10 +364,10 @@ if _HAVE_GLUON:
         ], [4, 1], [192, 40])
 
 
-def _descriptors(q_latent: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor, tokens: int) -> tuple:
+def _descriptors(q_latent: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor) -> tuple:
     gl_dtype = gl.bfloat16 if latent.dtype == torch.bfloat16 else gl.float16
     q_block = [GLUON_MLA_HEADS, _CHUNK]
-    kv_block = [tokens, _CHUNK]
+    kv_block = [GLUON_MLA_TOKENS, _CHUNK]
     q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gl_dtype)
     kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gl_dtype)
     batch, n_heads, rank = q_latent.shape
@@ -383,7 +378,7 @@ def _descriptors(q_latent: torch.Tensor, q_rope: torch.Tensor, latent: torch.Ten
 
 
 def gluon_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLatentCache, *, sm_scale: float,
-                     num_splits: int | None = None, tokens: int = GLUON_MLA_TOKENS) -> torch.Tensor:
+                     num_splits: int | None = None) -> torch.Tensor:
     """Absorbed MLA decode on Hopper (arguments as :func:`kernels.decode.api.mla_decode_attention`,
     which checks them and routes here when :func:`gluon_mla_supported`); returns
     ``[batch, n_heads, 512]`` in the query's dtype."""
@@ -399,17 +394,17 @@ def gluon_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLat
     plan = SplitPlan(grid=(n_heads // GLUON_MLA_HEADS, batch, num_splits), num_splits=num_splits)
     out = torch.empty_like(q_latent)
     part_out, part_lse, part_strides = split_buffers(plan, q_latent, out)
-    q_desc, qr_desc, kv_desc = _descriptors(q_latent, q_rope, cache.latent, tokens)
+    q_desc, qr_desc, kv_desc = _descriptors(q_latent, q_rope, cache.latent)
     _mla_decode_gluon[plan.grid](
         q_desc, qr_desc, kv_desc, cache.block_tables, cache.seq_lens, out, part_out, part_lse,
         sm_scale * LOG2_E, n_heads, num_splits, cache.block_tables.stride(0), out.stride(0), out.stride(1),
-        *part_strides, PAGE_SIZE=cache.block_size, SPLIT=plan.split, STAGES=_stages(tokens), num_warps=4)
+        *part_strides, PAGE_SIZE=cache.block_size, SPLIT=plan.split, STAGES=_STAGES, num_warps=4)
     if plan.split:
         merge_splits(part_out, part_lse, out)
     return out
 
 
-def compile_mla_for_sm90(*, split: bool, page_size: int = 64, dtype: str = "bf16", tokens: int = GLUON_MLA_TOKENS):
+def compile_mla_for_sm90(*, split: bool, page_size: int = 64, dtype: str = "bf16"):
     """Compile the kernel for sm_90 without a GPU (Triton's bundled ptxas); returns Triton's
     ``CompiledKernel`` (``.asm`` holds ``ptx`` and ``cubin``, ``.metadata.shared`` the bytes)."""
     from triton.backends.compiler import GPUTarget
@@ -418,24 +413,22 @@ def compile_mla_for_sm90(*, split: bool, page_size: int = 64, dtype: str = "bf16
     gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
     layout = gl.NVMMASharedLayout.get_default_for([GLUON_MLA_HEADS, _CHUNK], gl_dtype)
     desc = f"tensordesc<{dtype}[{GLUON_MLA_HEADS},{_CHUNK}],{layout!r}>"
-    kv_layout = gl.NVMMASharedLayout.get_default_for([tokens, _CHUNK], gl_dtype)
-    kv_desc = f"tensordesc<{dtype}[{tokens},{_CHUNK}],{kv_layout!r}>"
-    signature = {"q_desc": desc, "qr_desc": desc, "kv_desc": kv_desc, "tables_ptr": "*i32", "lens_ptr": "*i32",
+    signature = {"q_desc": desc, "qr_desc": desc, "kv_desc": desc, "tables_ptr": "*i32", "lens_ptr": "*i32",
                  "out_ptr": f"*{dtype}", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32"}
     signature.update({name: "i32" for name in ("n_heads", "num_splits", "stride_tb", "stride_ob", "stride_oh",
                                                "stride_pob", "stride_poh", "stride_pos", "stride_plb", "stride_plh")})
-    constexprs = dict(PAGE_SIZE=page_size, SPLIT=bool(split), STAGES=_stages(tokens), num_warps=4)
+    constexprs = dict(PAGE_SIZE=page_size, SPLIT=bool(split), STAGES=_STAGES, num_warps=4)
     signature.update({name: "constexpr" for name in constexprs})
     src = GluonASTSource(_mla_decode_gluon, signature, constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
-def mla_sm90_build(*, split: bool, page_size: int = 64, tokens: int = GLUON_MLA_TOKENS) -> dict:
+def mla_sm90_build(*, split: bool, page_size: int = 64) -> dict:
     """Registers, spills, shared bytes and wgmma count of one sm_90 build (no GPU needed; run with
     ``TRITON_INTERPRET`` off, as :func:`kernels.prefill.flash_gluon.sm90_build`)."""
     from kernels.occupancy import cubin_resources
 
-    kernel = compile_mla_for_sm90(split=split, page_size=page_size, tokens=tokens)
+    kernel = compile_mla_for_sm90(split=split, page_size=page_size)
     registers, spill_bytes = cubin_resources(kernel.asm["cubin"])
     ptx = kernel.asm["ptx"]
     return dict(split=bool(split), page_size=page_size, registers=registers, spill_bytes=spill_bytes,
