@@ -35,16 +35,19 @@ def _fixed(value: float | None, spec: str) -> str:
 
 def mla_frame(report: MlaReport) -> pd.DataFrame:
     """One row per shape: our kernel's CUDA-graph µs, its TFLOP/s and share of the bound
-    (the ceilings' least time ÷ its time), SGLang's best µs and the speed ratio (SGLang µs ÷ ours)."""
+    (the ceilings' least time ÷ its time), the project's Triton kernel on the same call where the
+    run timed it (on Hopper the default is the Gluon kernel), SGLang's best µs and the speed ratios
+    (their µs ÷ ours)."""
     rows = []
     for result in report.results:
         s, ours = result.shape, ok_ms(result, "mla")
         mla = result.get("mla")
-        bound, peer = bound_ms(s, report.ceilings), best_peer_ms(result)
+        bound, peer, triton = bound_ms(s, report.ceilings), best_peer_ms(result), ok_ms(result, "mla_triton")
         rows.append({
             "Shape": f"B={s.batch} L={s.context} H={s.n_heads}", "Latent": s.kv, "Ours (µs)": us_text(ours),
             "TFLOP/s": _fixed(mla.rate if ours is not None and mla is not None else None, ",.0f"),
             "Share of bound": _fixed(ratio(bound, ours), ".2f"),
+            "Triton kernel (µs)": us_text(triton), "Ours ÷ Triton kernel (speed)": times_text(ratio(triton, ours)),
             "SGLang Triton best (µs)": us_text(peer), "Ours ÷ SGLang (speed)": times_text(ratio(peer, ours)),
         })
     return pd.DataFrame(rows)

@@ -602,6 +602,9 @@ def test_the_shipped_mla_run_is_shown_without_a_gpu():
     assert row["Share of bound"] == f"{bound_ms / ms['mla']:.2f}" == "0.65"
     assert row["SGLang Triton best (µs)"] == f"{peer_ms * 1e3:,.1f}" == "1,216.3"
     assert row["Ours ÷ SGLang (speed)"] == f"{peer_ms / ms['mla']:.2f}×" == "8.43×"
+    # The Triton kernel on the same call, which the Gluon kernel replaced on Hopper: 382.6 µs.
+    assert row["Triton kernel (µs)"] == f"{ms['mla_triton'] * 1e3:,.1f}" == "382.6"
+    assert row["Ours ÷ Triton kernel (speed)"] == f"{ms['mla_triton'] / ms['mla']:.2f}×" == "2.65×"
     fp8 = frame[(frame["Shape"] == "B=64 L=4096 H=128") & (frame["Latent"] == "fp8")].iloc[0]
     assert fp8["SGLang Triton best (µs)"] == "—" and fp8["Ours ÷ SGLang (speed)"] == "—"  # the peer skipped FP8
     targets = next(d.value for d in at.dataframe if "Where" in d.value.columns).set_index("Target")
