@@ -207,7 +207,10 @@ def mla_decode_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: Ml
         Softmax scale: MLA's is ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)`` (DeepSeek-V3:
         1 / sqrt(192)) times any YaRN factor, not a function of the latent's width, so it is required.
     num_splits, config, validate
-        As :func:`paged_decode_attention` (``config`` an :class:`~kernels.decode.mla.MlaConfig`).
+        As :func:`paged_decode_attention` (``config`` an :class:`~kernels.decode.mla.MlaConfig`). Without
+        a config, a call the Gluon kernel takes (:func:`~kernels.decode.mla_gluon.gluon_mla_supported`:
+        Hopper, a 16-bit 512 + 64 latent, heads in 64s, block size 64-256) runs there; a config asks
+        for the Triton kernel.
 
     Returns
     -------
