@@ -187,8 +187,9 @@ class AnchorComparison:
 
 def anchor_setup(gpu: GPU) -> ServingSetup:
     """How the planner runs a replica on ``gpu`` for this comparison: vLLM with CUDA graphs
-    (the plan's defaults), uniform routing (random router weights route about uniformly)."""
-    return ServingSetup(gpu=gpu, engine="vllm", cuda_graphs=True)
+    (the plan's defaults), uniform routing (random router weights route about uniformly), and
+    this project's decode kernel's read rates, since the anchor's attention is that kernel."""
+    return ServingSetup(gpu=gpu, engine="vllm", cuda_graphs=True, attention_backend="kvx")
 
 
 @lru_cache(maxsize=32)

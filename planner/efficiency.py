@@ -10,7 +10,8 @@ measurement or publication for that GPU exists and a figure from another GPU is 
   ``benchmarks/results/planner/step-overheads-h200-2026-12-03.json``): weight-read
   GEMMs at decode token counts, the per-kernel floor inside a CUDA graph, one eager op's host
   cost, the bf16 matmul ceiling;
-* **the project's H200 runs** (docs/kernels/DECODE.md): FlashInfer's paged decode attention;
+* **the project's H200 runs** (the shipped harness run read by ``planner.decode_rates``, and
+  docs/kernels/DECODE.md): paged decode attention by batch and context, per backend;
 * **published kernel benchmarks**: FlashMLA's README, SGLang's all-reduce test (PR #2904),
   vLLM's and SGLang's ``benchmark_moe`` outputs, FlashAttention-3;
 * **estimates**, labelled, where none of these covers a GPU.
@@ -208,15 +209,9 @@ EAGER_OP = Figure(value=6.9, unit="µs of host time per eager op",
 # Attention
 # ---------------------------------------------------------------------------------------------
 
-# Paged decode as vLLM and SGLang run it (FlashInfer's tensor-core decode, bf16, d 128), timed on
-# the H200 beside this project's kernel (docs/kernels/DECODE.md, "Large and batch-1 shapes"):
-# 43.9 µs for one sequence of 32K (32/8 heads: 134 MB, 3.06 TB/s), 499.9 µs for 32 × 16K (64/8
-# heads: 2.15 GB, 4.30 TB/s), and 10.1 µs for one sequence of 1K, where nothing is left to read.
-DECODE_ATTENTION_LARGE = Figure(value=round(4.30 / 4.8, 3), unit="× datasheet",
-                                source="FlashInfer TC decode, B 32 × 16K on the H200 (docs/kernels/DECODE.md)")
-DECODE_ATTENTION_SMALL = Figure(value=round(3.06 / 4.8, 3), unit="× datasheet",
-                                source="FlashInfer TC decode, B 1 × 32K on the H200 (docs/kernels/DECODE.md)")
-DECODE_ATTENTION_TOKENS = (32_768, 524_288)  # batch × context of the two figures
+# Paged decode's read rate by batch and context and per backend is the measured grid of
+# planner/decode_rates.py; below it, a call costs at least what FlashInfer's tensor-core decode
+# took for one sequence of 1K on the H200, where nothing is left to read (docs/kernels/DECODE.md).
 DECODE_ATTENTION_FLOOR = Figure(value=10.1, unit="µs per call",
                                 source="FlashInfer TC decode, B 1 × 1K on the H200 (docs/kernels/DECODE.md)")
 # FlashMLA README (deepseek-ai/FlashMLA): dense MLA decode up to 3,000 GB/s memory-bound and
@@ -227,18 +222,6 @@ MLA_DECODE_COMPUTE = Figure(value=round(660 / 989, 3), unit="× datasheet bf16",
 # 2024; 4K–16K tokens — shorter prompts run lower).
 PREFILL_ATTENTION = Figure(value=round(635 / 989, 3), unit="× datasheet bf16",
                            source="FlashAttention-3 on H100, bf16, d 128 (Shah et al., 2024)")
-
-
-def decode_attention_efficiency(context_tokens: float) -> float:
-    """KV read rate ÷ datasheet for a decode batch holding ``context_tokens`` in all (log-linear
-    between the two measured points, clamped)."""
-    low, high = DECODE_ATTENTION_TOKENS
-    if context_tokens <= low:
-        return DECODE_ATTENTION_SMALL.value
-    if context_tokens >= high:
-        return DECODE_ATTENTION_LARGE.value
-    t = math.log(context_tokens / low) / math.log(high / low)
-    return DECODE_ATTENTION_SMALL.value + t * (DECODE_ATTENTION_LARGE.value - DECODE_ATTENTION_SMALL.value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,8 +291,6 @@ def table() -> tuple[tuple[str, Figure], ...]:
         rows.append((f"weight read, {family}", READ_EFFICIENCY[family]))
         rows.append((f"matmul, {family}", MATMUL_EFFICIENCY[family]))
     rows += [("kernel floor in a graph", KERNEL_FLOOR), ("eager op", EAGER_OP),
-             ("decode attention, large batch", DECODE_ATTENTION_LARGE),
-             ("decode attention, one sequence", DECODE_ATTENTION_SMALL),
              ("decode attention floor", DECODE_ATTENTION_FLOOR),
              ("MLA decode bandwidth", MLA_DECODE_BANDWIDTH), ("MLA decode compute", MLA_DECODE_COMPUTE),
              ("prefill attention", PREFILL_ATTENTION), ("MoE fixed", MOE_FIXED),

@@ -33,6 +33,7 @@ from typing import Any, Literal
 from hardware.gpus import GPU
 from planner import efficiency as eff
 from planner.cluster.parallel import routed_expert_params
+from planner.decode_rates import ATTENTION_BACKENDS, AttentionBackend, read_efficiency
 from sizing.hf_config import estimate_params, load_config, parse_hf_config
 from sizing.layers import LayerKind
 from sizing.models import ModelShape
@@ -100,10 +101,16 @@ class ServingSetup:
     engine: eff.Engine = "vllm"
     cuda_graphs: bool = True
     routing_imbalance: float = 1.0  # ≥ 1; tokens route as if to experts ÷ this many equal experts
+    # Whose paged decode reads the KV (planner.decode_rates): the engines' FlashInfer, or this
+    # project's Triton kernel, which the serving anchor runs.
+    attention_backend: AttentionBackend = "flashinfer"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.routing_imbalance) and self.routing_imbalance >= 1):
             raise ValueError(f"routing_imbalance must be ≥ 1, got {self.routing_imbalance!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ValueError(f"attention_backend must be one of {tuple(ATTENTION_BACKENDS)}, "
+                             f"got {self.attention_backend!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,7 +303,8 @@ def step_time(shape: StepShape, setup: ServingSetup, *, decode_batch: int, conte
 
     attention_gemms = shape.layers * gemms(shape.attention_gemms, shape.dense_bytes, shape.dense_grid,
                                            dense_rate, tokens)
-    attention = sum(_attention_seconds(g, gpu, decode_batch, context, prefill_pairs) for g in shape.groups)
+    attention = sum(_attention_seconds(g, gpu, decode_batch, context, prefill_pairs, setup.attention_backend)
+                    for g in shape.groups)
     mlp = shape.dense_layers * gemms(shape.dense_mlp_gemms, shape.dense_bytes, shape.dense_grid, dense_rate, tokens)
     touched = experts_touched(shape.experts, shape.top_k, tokens, setup.routing_imbalance)
     experts = 0.0
@@ -333,7 +341,8 @@ def step_time(shape: StepShape, setup: ServingSetup, *, decode_batch: int, conte
                      host_s=host, kernels=int(kernels), experts_touched=touched, notes=tuple(notes))
 
 
-def _attention_seconds(group: AttentionGroup, gpu: GPU, batch: int, context: float, pairs: float) -> float:
+def _attention_seconds(group: AttentionGroup, gpu: GPU, batch: int, context: float, pairs: float,
+                       backend: AttentionBackend = "flashinfer") -> float:
     """All layers of one group: decode reads (or recurrent state updates) plus prefill FLOPs."""
     floor = eff.DECODE_ATTENTION_FLOOR.value * _US
     if group.state_bytes:  # read and write each sequence's state once per layer
@@ -345,7 +354,7 @@ def _attention_seconds(group: AttentionGroup, gpu: GPU, batch: int, context: flo
         read_rate = gpu.bandwidth_bytes_per_s * eff.MLA_DECODE_BANDWIDTH.value
         compute_rate = peak * eff.MLA_DECODE_COMPUTE.value
     else:
-        read_rate = gpu.bandwidth_bytes_per_s * eff.decode_attention_efficiency(batch * seen)
+        read_rate = gpu.bandwidth_bytes_per_s * read_efficiency(backend, batch, seen)
         compute_rate = peak * eff.MATMUL_EFFICIENCY[eff.gpu_family(gpu)].value
     decode = max(batch * seen * group.kv_bytes_per_token / read_rate,
                  batch * seen * group.flops_per_context_token / compute_rate) if batch else 0.0

@@ -212,8 +212,9 @@ def test_compare_puts_the_step_model_beside_the_row():
     assert [(c.context, c.scaled) for c in got] == [(1024, False), (8192, True)]  # the skipped row left out
     gpu = get_gpu("h200")
     shape = step_shape(get_entry("llama-3.1-8b").config_bytes, tp=1, gpu=gpu, weight_format="bf16")
-    predicted = step_time(shape, ServingSetup(gpu=gpu, engine="vllm", cuda_graphs=True), decode_batch=1,
-                          context=1024).total_s * 1e3
+    # The anchor's attention is this project's kernel, so its read rates are that kernel's.
+    predicted = step_time(shape, ServingSetup(gpu=gpu, engine="vllm", cuda_graphs=True, attention_backend="kvx"),
+                          decode_batch=1, context=1024).total_s * 1e3
     assert got[0].predicted_ms == pytest.approx(predicted)
     assert got[0].relative_error == pytest.approx((predicted - 10.0) / 10.0)
     # Batch 1 reads every weight once: 8.03e9 parameters × 2 B ÷ 4.8 TB/s = 3.35 ms at the
@@ -238,10 +239,9 @@ def test_the_shipped_h200_anchor_reads_back_with_every_row_measured():
 
 def test_the_step_model_holds_on_the_shipped_h200_anchor():
     # The step model against whole decode steps on the same GPU (the fused build, which launches
-    # what vLLM launches). The target is every row within 10 %; the shipped run has 44 of 45 there
-    # and one at +10.5 %, within the ~2 % the same rows moved between runs of one day
-    # (benchmarks/results/planner/README.md). A step-model change that moves any row past 12 %
-    # or the median past 6 % fails here.
+    # what vLLM launches), with this project's kernel's read rates for its attention. The target is
+    # every row within 10 %: the shipped run has all 45 there, the worst at 8.9 %, the median 3.5 %
+    # (benchmarks/results/planner/README.md).
     from pathlib import Path
     from statistics import median
 
@@ -251,5 +251,4 @@ def test_the_step_model_holds_on_the_shipped_h200_anchor():
     (path,) = sorted(folder.glob("serving-anchor-h200-*.json"))
     errors = [abs(r.relative_error) for r in compare(read_anchor_file(path).rows)]
     assert len(errors) == 45
-    assert max(errors) <= 0.12 and median(errors) <= 0.06
-    assert sum(e <= 0.10 for e in errors) >= 44
+    assert max(errors) <= 0.10 and median(errors) <= 0.04

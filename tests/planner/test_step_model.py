@@ -89,13 +89,28 @@ def test_allreduce_reads_the_published_table():
     assert seconds == pytest.approx((40.2 + 2 * (40.2 - 26.9)) * 1e-6)
 
 
-def test_decode_attention_efficiency_runs_between_the_two_measured_shapes():
-    assert eff.decode_attention_efficiency(1_000) == eff.DECODE_ATTENTION_SMALL.value == round(3.06 / 4.8, 3)
-    assert eff.decode_attention_efficiency(10**7) == eff.DECODE_ATTENTION_LARGE.value == round(4.30 / 4.8, 3)
-    # Geometric middle of 32K and 512K tokens (131,072): the arithmetic middle of the two.
-    middle = (eff.DECODE_ATTENTION_SMALL.value + eff.DECODE_ATTENTION_LARGE.value) / 2
-    assert eff.decode_attention_efficiency(131_072) == pytest.approx(middle)
+def test_decode_read_rates_are_the_shipped_grid_between_its_points():
+    from planner.decode_rates import rate_grid, read_efficiency
 
+    # The shipped H200 run's FlashInfer tensor-core rows, 32/8 and 64/8 heads, by hand from the file:
+    # B8 L4K 3.03 and 2.99 TB/s, B8 L16K 3.85 and 3.80; the datasheet 4.8 TB/s.
+    fi = rate_grid("flashinfer")
+    assert fi.datasheet_tbps == 4.8 and "flashinfer_tc" in fi.source and "h200-" in fi.source
+    b8 = dict(fi.rows[8])
+    assert b8[4096] == pytest.approx((3.03 + 2.99) / 2, abs=0.01)
+    assert b8[16384] == pytest.approx((3.85 + 3.80) / 2, abs=0.01)
+    assert read_efficiency("flashinfer", 8, 4096) == pytest.approx(b8[4096] / 4.8)
+    # 8K lies halfway between 4K and 16K in log context; 16 sequences halfway between 8 and 32.
+    assert read_efficiency("flashinfer", 8, 8192) == pytest.approx((b8[4096] + b8[16384]) / 2 / 4.8)
+    b32 = dict(fi.rows[32])
+    assert read_efficiency("flashinfer", 16, 4096) == pytest.approx((b8[4096] + b32[4096]) / 2 / 4.8)
+    # Clamped past the grid: batch 1,000 reads as batch 128; a 1M context as the row's longest.
+    assert read_efficiency("flashinfer", 1000, 32768) == read_efficiency("flashinfer", 128, 32768)
+    assert read_efficiency("flashinfer", 1, 10**6) == pytest.approx(dict(fi.rows[1])[131072] / 4.8)
+    # This project's kernel reads B8 x 4K at 3.30 TB/s (32/8 heads) where FlashInfer reads 3.03.
+    assert read_efficiency("kvx", 8, 4096) > read_efficiency("flashinfer", 8, 4096)
+    with pytest.raises(ValueError, match="attention backend"):
+        rate_grid("cudnn")
 
 def test_moe_call_is_fixed_cost_plus_experts_touched():
     # Eight 4.72 MB experts on an H100: 27 µs + 8 × (0.28 µs + 4.72e6 B ÷ (3.35e12 × 0.893) B/s).
