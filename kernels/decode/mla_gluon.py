@@ -44,6 +44,7 @@ ensure_triton_backend()  # before triton is imported: the interpreter is chosen 
 import triton  # noqa: E402
 
 from kernels.cache.mla import MlaLatentCache  # noqa: E402
+from kernels.decode.config import sm_count  # noqa: E402
 from kernels.decode.launch import SplitPlan, split_buffers  # noqa: E402
 from kernels.decode.merge import merge_splits  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
@@ -91,7 +92,7 @@ def gluon_mla_supported(q_latent: torch.Tensor, cache: MlaLatentCache) -> bool:
 def gluon_mla_num_splits(batch: int, n_heads: int, max_len: int, device: torch.device) -> int:
     """Splits per sequence: one program per SM at most in one wave (a program takes ~224 KiB of
     shared memory, so one is resident per SM), and at least 4 tiles a split."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    sms = sm_count(device.index or 0) if device.type == "cuda" else 4
     programs = batch * (n_heads // GLUON_MLA_HEADS)
     tiles = triton.cdiv(max_len, GLUON_MLA_TOKENS)
     return max(1, min(sms // programs, tiles // 4))
