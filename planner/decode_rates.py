@@ -33,11 +33,13 @@ from pathlib import Path
 from statistics import mean
 from typing import Literal
 
+from kernels.bench.shipped import RESULTS_DIR
+from planner.efficiency import interp_clamped
+
 __all__ = ["AttentionBackend", "ATTENTION_BACKENDS", "RateGrid", "rate_grid", "read_efficiency"]
 
 AttentionBackend = Literal["flashinfer", "kvx"]
 ATTENTION_BACKENDS: dict[str, str] = {"flashinfer": "flashinfer_tc", "kvx": "triton_paged"}
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
 _MAX_FILE_BYTES = 4 * 2**20
 
 
@@ -91,15 +93,7 @@ def rate_grid(backend: AttentionBackend, directory: Path = RESULTS_DIR) -> RateG
 
 def _interp_log(x: float, points: tuple[tuple[float, float], ...]) -> float:
     """Piecewise linear in log x through ``points`` (sorted by x), clamped at both ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    if x >= points[-1][0]:
-        return points[-1][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if x <= x1:
-            t = math.log(x / x0) / math.log(x1 / x0)
-            return y0 + t * (y1 - y0)
-    return points[-1][1]  # pragma: no cover - the clamp above returns first
+    return interp_clamped(math.log(x), tuple(math.log(p[0]) for p in points), tuple(p[1] for p in points))
 
 
 def read_efficiency(backend: AttentionBackend, batch: float, context: float) -> float:

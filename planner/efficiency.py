@@ -115,7 +115,7 @@ READ_EFFICIENCY: dict[Family, Figure] = {
 }
 
 
-def _interp(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
+def interp_clamped(x: float, xs: tuple[float, ...], ys: tuple[float, ...]) -> float:
     """Piecewise-linear ``y(x)``, clamped at both ends."""
     if x <= xs[0]:
         return ys[0]
@@ -132,9 +132,9 @@ def _h200_gemm_us(weight_bytes: float, tokens: float, fmt: Literal["bf16", "fp8"
     token_axis, table = (_BF16_TOKENS, _BF16_US) if fmt == "bf16" else (_FP8_TOKENS, _FP8_US)
     mib = weight_bytes / MiB
     logs = tuple(math.log(m) for m in _GRID_MIB)
-    column = [_interp(tokens, token_axis, row) for row in table]
+    column = [interp_clamped(tokens, token_axis, row) for row in table]
     if mib <= _GRID_MIB[-1]:
-        return _interp(math.log(max(mib, _GRID_MIB[0])), logs, tuple(column))
+        return interp_clamped(math.log(max(mib, _GRID_MIB[0])), logs, tuple(column))
     # Beyond 512 MiB: the time per extra byte of the 256 → 512 MiB step.
     slope = (column[-1] - column[-2]) / (_GRID_MIB[-1] - _GRID_MIB[-2])
     return column[-1] + (mib - _GRID_MIB[-1]) * slope
@@ -280,7 +280,7 @@ def allreduce_seconds(message_bytes: float, tp: int, engine: Engine) -> tuple[fl
         us = row[-1] + (message_bytes - _AR_BYTES[-1]) * slope
     else:
         logs = tuple(math.log(b) for b in _AR_BYTES)
-        us = _interp(math.log(max(message_bytes, _AR_BYTES[0])), logs, row)
+        us = interp_clamped(math.log(max(message_bytes, _AR_BYTES[0])), logs, row)
     return us * _US, measured != tp
 
 

@@ -22,7 +22,7 @@ from kernels.decode.backends import choose_kernel, default_rdq_config
 from kernels.decode.config import DecodeConfig
 from kernels.decode.int4 import default_int4_config, int4_num_splits, triton_int4_decode
 from kernels.decode.mla import MlaConfig, check_mla_call, triton_mla_decode
-from kernels.decode.mla_gluon import gluon_mla_decode, gluon_mla_supported
+from kernels.decode.mla_gluon import gluon_mla_decode, routes_to_gluon
 from kernels.decode.paged import decode_num_splits, default_config, triton_decode
 from kernels.decode.rdq_config import RdqConfig
 
@@ -217,7 +217,7 @@ def mla_decode_attention(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: Ml
     Tensor [batch, n_heads, kv_lora_rank], dtype of ``q_latent``: the attention over the latent,
     which the model multiplies by W_UV per head.
     """
-    if config is None and isinstance(cache, MlaLatentCache) and gluon_mla_supported(q_latent, cache):
+    if routes_to_gluon(q_latent, cache, config):
         # Hopper, 16-bit latent of 512 + 64, heads in 64s: the two-warpgroup Gluon kernel
         # (:mod:`kernels.decode.mla_gluon`), 2.3-2.6x the Triton kernel at 128 heads on the H200.
         sm_scale = check_mla_call(q_latent, q_rope, cache, sm_scale=sm_scale, num_splits=num_splits, config=None,

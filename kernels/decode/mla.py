@@ -46,7 +46,7 @@ from kernels.decode.launch import (  # noqa: E402
     SplitPlan, check_call_options, interpreted, planned_split, signature, split_buffers,
 )
 from kernels.decode.merge import merge_splits  # noqa: E402
-from kernels.decode.mla_gluon import gluon_mla_num_splits, gluon_mla_supported  # noqa: E402
+from kernels.decode.mla_gluon import gluon_mla_num_splits, routes_to_gluon  # noqa: E402
 from kernels.reference.online_softmax import LOG2_E  # noqa: E402
 
 __all__ = ["MlaConfig", "triton_mla_decode", "mla_num_splits", "default_mla_config", "MLA_HEAD_TILES",
@@ -290,7 +290,7 @@ def triton_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, cache: MlaLa
 def mla_num_splits(q_latent: torch.Tensor, cache: MlaLatentCache, *, config: MlaConfig | None = None) -> int:
     """The split count the call :func:`kernels.decode.api.mla_decode_attention` routes would use
     (the Gluon kernel's where it takes the call, else :func:`triton_mla_decode`'s; nothing is launched)."""
-    if config is None and gluon_mla_supported(q_latent, cache):
+    if routes_to_gluon(q_latent, cache, config):
         return gluon_mla_num_splits(q_latent.shape[0], q_latent.shape[1],
                                     cache.block_tables.shape[1] * cache.block_size, q_latent.device)
     config = config or default_mla_config(q_latent.shape[1])

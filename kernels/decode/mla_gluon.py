@@ -34,6 +34,7 @@ multiple of 64, block size 64, 128 or 256. :func:`gluon_mla_supported` says whet
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import torch
 
@@ -63,9 +64,9 @@ if _HAVE_GLUON:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     # Syncs the warps of one partition; Triton 3.7 renamed thread_barrier to barrier.
-    _warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+    warps_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
-__all__ = ["gluon_mla_decode", "gluon_mla_supported", "gluon_mla_num_splits", "GLUON_MLA_RANK",
+__all__ = ["gluon_mla_decode", "gluon_mla_supported", "routes_to_gluon", "gluon_mla_num_splits", "GLUON_MLA_RANK",
            "GLUON_MLA_ROPE", "GLUON_MLA_HEADS", "GLUON_MLA_TOKENS"]
 
 GLUON_MLA_RANK = 512
@@ -87,6 +88,12 @@ def gluon_mla_supported(q_latent: torch.Tensor, cache: MlaLatentCache) -> bool:
             and q_latent.shape[1] % GLUON_MLA_HEADS == 0
             and cache.block_size % GLUON_MLA_TOKENS == 0 and cache.block_size <= 256
             and lat.is_contiguous() and lat.data_ptr() % 16 == 0)
+
+
+def routes_to_gluon(q_latent: torch.Tensor, cache: MlaLatentCache, config: object | None) -> bool:
+    """Whether :func:`kernels.decode.api.mla_decode_attention` runs this call here: no Triton
+    config asked for, and :func:`gluon_mla_supported`."""
+    return config is None and gluon_mla_supported(q_latent, cache)
 
 
 def gluon_mla_num_splits(batch: int, n_heads: int, max_len: int, device: torch.device) -> int:
@@ -197,7 +204,7 @@ if _HAVE_GLUON:
         p_smem.store(p16)
         stat_smem.store(alpha)
         fence_async_shared()
-        _warps_barrier()
+        warps_barrier()
         mbarrier.arrive(p_ready, count=1)
         return gl.convert_layout(p16, p_layout)
 
@@ -260,7 +267,7 @@ if _HAVE_GLUON:
                                                 kv_ready, kv_empty, p_ready, p_free, qk_scale, j, first_tile, end,
                                                 True, NCH, STAGES, BLOCK_H, BLOCK_N, CH, s_layout, o_layout,
                                                 p_layout)
-        if n_tiles > 0:  # the last tile: no next S to issue
+        if n_tiles > 0:  # the last tile: no next S to start
             s, o0, o1, o2, o3, m_i, l_i = _step(s, o0, o1, o2, o3, m_i, l_i, q_smem, kv_smem, p_smem, stat_smem,
                                                 kv_ready, kv_empty, p_ready, p_free, qk_scale, n_tiles - 1,
                                                 first_tile, end, False, NCH, STAGES, BLOCK_H, BLOCK_N, CH,
@@ -269,7 +276,7 @@ if _HAVE_GLUON:
         # n_tiles-th release of p_free).
         mbarrier.wait(p_free, (n_tiles + 1) & 1, pred=n_tiles > 0)
         stat_smem.store(l_i)
-        _warps_barrier()
+        warps_barrier()
         mbarrier.arrive(p_ready, count=1)
         _store_half(o0, o1, o2, o3, l_i, m_i, out_ptr, part_out_ptr, part_lse_ptr, seq, head0, split,
                     stride_ob, stride_oh, stride_pob, stride_poh, stride_pos, stride_plb, stride_plh,
@@ -299,7 +306,7 @@ if _HAVE_GLUON:
             o2 = warpgroup_mma(p_smem, kv_smem.index(slot * NCH + 6), o2 * a, is_async=True)
             o3 = warpgroup_mma(p_smem, kv_smem.index(slot * NCH + 7), o3 * a, is_async=True)
             o0, o1, o2, o3 = warpgroup_mma_wait(0, deps=[o0, o1, o2, o3])
-            _warps_barrier()
+            warps_barrier()
             mbarrier.arrive(p_free, count=1)
             mbarrier.arrive(kv_empty.index(slot), count=1)
         mbarrier.wait(p_ready, n_tiles & 1)
@@ -365,12 +372,17 @@ if _HAVE_GLUON:
         ], [4, 1], [192, 40])
 
 
+@lru_cache(maxsize=4)
+def _box_layout(dtype: torch.dtype):
+    """The shared layout of every TMA box (64 x 64 16-bit values: Q chunks and latent chunks alike)."""
+    return gl.NVMMASharedLayout.get_default_for([GLUON_MLA_HEADS, _CHUNK],
+                                                gl.bfloat16 if dtype == torch.bfloat16 else gl.float16)
+
+
 def _descriptors(q_latent: torch.Tensor, q_rope: torch.Tensor, latent: torch.Tensor) -> tuple:
-    gl_dtype = gl.bfloat16 if latent.dtype == torch.bfloat16 else gl.float16
     q_block = [GLUON_MLA_HEADS, _CHUNK]
     kv_block = [GLUON_MLA_TOKENS, _CHUNK]
-    q_layout = gl.NVMMASharedLayout.get_default_for(q_block, gl_dtype)
-    kv_layout = gl.NVMMASharedLayout.get_default_for(kv_block, gl_dtype)
+    q_layout = kv_layout = _box_layout(latent.dtype)
     batch, n_heads, rank = q_latent.shape
     rows = latent.shape[0] * latent.shape[1]
     return (TensorDescriptor.from_tensor(q_latent.reshape(batch * n_heads, rank), q_block, q_layout),
@@ -411,8 +423,7 @@ def compile_mla_for_sm90(*, split: bool, page_size: int = 64, dtype: str = "bf16
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
-    layout = gl.NVMMASharedLayout.get_default_for([GLUON_MLA_HEADS, _CHUNK], gl_dtype)
+    layout = _box_layout({"bf16": torch.bfloat16, "fp16": torch.float16}[dtype])
     desc = f"tensordesc<{dtype}[{GLUON_MLA_HEADS},{_CHUNK}],{layout!r}>"
     signature = {"q_desc": desc, "qr_desc": desc, "kv_desc": desc, "tables_ptr": "*i32", "lens_ptr": "*i32",
                  "out_ptr": f"*{dtype}", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32"}

@@ -46,7 +46,7 @@ def test_compiles_for_sm90_without_spills(sm90_builds):
     for build in sm90_builds:
         assert build["spill_bytes"] == 0, build
         assert 0 < build["registers"] < 255, build
-        # S: 9 chunk wgmmas a tile (at two call sites: the first tile and the next-tile issue);
+        # S: 9 chunk wgmmas a tile (at two call sites: the first tile and the next tile's);
         # P.V: 4 + 4 (the two warpgroups' halves). Fewer would mean a product left to the CUDA cores.
         assert build["wgmma"] >= 9 + 4 + 4, build
         # Producer warp, values warpgroup, scores warpgroup: three register budgets.
