@@ -86,6 +86,7 @@ def _merge_splits_kernel(
     part_out_ptr,  # [batch, n_q_heads, num_splits, HEAD_DIM] fp32 (or bf16) normalised partial outputs
     part_lse_ptr,  # [batch, n_q_heads, num_splits] fp32 base-2 log-sum-exp (-inf: empty split)
     out_ptr,  # [batch, n_q_heads, HEAD_DIM]
+    sinks_ptr,  # [n_q_heads] fp32 sink logits, natural log (read only when HAS_SINKS)
     num_splits,
     stride_pob, stride_poh, stride_pos,
     stride_plb, stride_plh,
@@ -94,9 +95,13 @@ def _merge_splits_kernel(
     HEAD_DIM: tl.constexpr,
     WAIT_FOR_SPLITS: tl.constexpr = False,  # launched as a PDL dependent: wait for the split kernel
     D_CHUNK: tl.constexpr = 128,  # head dims per program (grid dim 2 walks the head's chunks)
+    HAS_SINKS: tl.constexpr = False,  # a learned logit per query head joins the denominator
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
+    if HAS_SINKS:
+        # An input, not a split's result: loaded before the wait, so it overlaps the split kernel.
+        sink = tl.load(sinks_ptr + head) * 1.4426950408889634  # natural -> base 2
     if WAIT_FOR_SPLITS:
         # Programmatic dependent launch: this grid may be resident before the split kernel has
         # finished; griddepcontrol.wait returns once its writes are complete and visible.
@@ -109,13 +114,18 @@ def _merge_splits_kernel(
         mask=mask_s, other=float("-inf"),
     )
     m = tl.max(lse, 0)  # finite: split 0 always holds the sequence's first token
+    if HAS_SINKS:
+        m = tl.maximum(m, sink)
     w = tl.math.exp2(lse - m)  # exp2(-inf) = 0 for empty and padded splits
     po_ptrs = (
         part_out_ptr + seq.to(tl.int64) * stride_pob + head * stride_poh
         + offs_s[:, None] * stride_pos + offs_d[None, :]
     )
     parts = tl.load(po_ptrs, mask=mask_s[:, None], other=0.0).to(tl.float32)
-    out = tl.sum(parts * w[:, None], 0) / tl.sum(w, 0)
+    den = tl.sum(w, 0)
+    if HAS_SINKS:
+        den += tl.math.exp2(sink - m)  # a logit with no value: it only weighs the others down
+    out = tl.sum(parts * w[:, None], 0) / den
     o_ptrs = out_ptr + seq.to(tl.int64) * stride_ob + head * stride_oh + offs_d
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty))
 
@@ -209,7 +219,8 @@ def merge_launch(batch: int, n_q_heads: int, num_splits: int, head_dim: int) -> 
 
 
 def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tensor, *,
-                 pdl: bool = False, d_chunk: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+                 pdl: bool = False, d_chunk: int | None = None, num_warps: int | None = None,
+                 sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Merge split-KV partial outputs into ``out`` (the second kernel of a split call).
 
     ``part_out`` is ``[batch, n_q_heads, num_splits, head_dim]`` fp32 (or bf16) normalised partial outputs
@@ -220,17 +231,19 @@ def merge_splits(part_out: torch.Tensor, part_lse: torch.Tensor, out: torch.Tens
     ``pdl``: the split kernel was launched with ``EARLY_MERGE_LAUNCH``; this one then goes out
     as its programmatic dependent launch and waits on the device, not behind the stream.
     ``d_chunk``: head dims per program (a power of two dividing ``head_dim``), with ``num_warps``
-    warps each; by default :func:`merge_launch`'s.
+    warps each; by default :func:`merge_launch`'s. ``sinks``: ``[n_q_heads]`` fp32 sink logits
+    (natural log, contiguous) that join each head's denominator here, so the split kernel that
+    wrote the partials runs as it does without sinks.
     """
     batch, n_q_heads, num_splits, head_dim = part_out.shape
     chosen_chunk, chosen_warps = merge_launch(batch, n_q_heads, num_splits, head_dim)
     d_chunk, num_warps = d_chunk or chosen_chunk, num_warps or chosen_warps
     _launch_merge_kernel((batch, n_q_heads, head_dim // d_chunk), (
-        part_out, part_lse, out, num_splits,
+        part_out, part_lse, out, out if sinks is None else sinks, num_splits,
         part_out.stride(0), part_out.stride(1), part_out.stride(2),
         part_lse.stride(0), part_lse.stride(1),
         out.stride(0), out.stride(1)), _merge_kwargs(triton.next_power_of_2(num_splits), head_dim, pdl, d_chunk,
-                                                     num_warps))
+                                                     num_warps, sinks is not None))
     return out
 
 
@@ -238,10 +251,11 @@ _launch_merge_kernel = DirectLauncher(_merge_splits_kernel)  # eager calls are h
 
 
 @lru_cache(maxsize=64)  # one dict per variant: DirectLauncher keys on its identity
-def _merge_kwargs(splits_pad: int, head_dim: int, pdl: bool, d_chunk: int, num_warps: int) -> dict:
+def _merge_kwargs(splits_pad: int, head_dim: int, pdl: bool, d_chunk: int, num_warps: int,
+                  has_sinks: bool = False) -> dict:
     if d_chunk < 1 or d_chunk & (d_chunk - 1) or head_dim % d_chunk:
         raise ValueError(f"d_chunk must be a power of two dividing head_dim {head_dim}, got {d_chunk}")
     if num_warps not in (1, 2, 4, 8):
         raise ValueError(f"num_warps must be 1, 2, 4 or 8, got {num_warps}")
     return dict(SPLITS_PAD=splits_pad, HEAD_DIM=head_dim, WAIT_FOR_SPLITS=pdl, num_warps=num_warps, D_CHUNK=d_chunk,
-                **({"launch_pdl": True} if pdl else {}))
+                HAS_SINKS=has_sinks, **({"launch_pdl": True} if pdl else {}))

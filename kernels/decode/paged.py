@@ -282,10 +282,11 @@ def _paged_decode_kernel(
         m_i = m_new
 
     if HAS_SINKS:
-        # The sink is a logit with no value: split 0 folds it into its softmax after its tokens
-        # (one more online-softmax step: the running max and sum take it, the accumulator is
-        # rescaled), so it enters the denominator once, through split 0's log-sum-exp in the
-        # merge, and a split 0 with no token still carries it. Folding it in before the loop,
+        # Unsplit or merged inline (the merge kernel folds sinks itself): the sink is a logit with
+        # no value, and split 0 folds it into its softmax after its tokens (one more online-softmax
+        # step: the running max and sum take it, the accumulator is rescaled), so it enters the
+        # denominator once, through split 0's log-sum-exp, and a split 0 with no token still
+        # carries it. Folding it in before the loop,
         # as the starting max, held every program on the sink's load: 7-13 % at batch 1 with
         # one tile a split on the H200.
         m_sink = tl.where(sink_row, tl.maximum(m_i, sink), m_i)
@@ -364,18 +365,20 @@ def triton_decode(
     """This module's kernel on a 16-bit or FP8 pool (arguments as
     :func:`kernels.decode.api.paged_decode_attention`, which is how callers reach it; ``span``
     from its ``sliding_window``/``chunk_size``)."""
-    plan, args, constexprs, out = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale,
-                                           v_scale, num_splits, config, validate, span=span, sinks=sinks)
+    plan, args, constexprs, out, merge_sinks = _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale,
+                                                        k_scale, v_scale, num_splits, config, validate, span=span,
+                                                        sinks=sinks)
     _launch_split_kernel(plan.grid, args.values(), constexprs)
     if plan.split and not constexprs["INLINE_MERGE"]:
-        merge_splits(args.part_out, args.part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"])
+        merge_splits(args.part_out, args.part_lse, out, pdl=constexprs["EARLY_MERGE_LAUNCH"], sinks=merge_sinks)
     return out
 
 
 def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_scale, num_splits, config,
              validate: bool, *, in_graph: bool | None = None, span: Span = FULL,
              sinks: torch.Tensor | None = None) -> tuple:
-    """Checks, the split plan, the kernel's arguments and compile-time values, and the output
+    """Checks, the split plan, the kernel's arguments and compile-time values, the output, and
+    the sinks the merge kernel folds in (None where the split kernel does, or there are none)
     (``in_graph``: plan as inside a CUDA graph capture or not; default: whether one is under way).
     A window or chunk plans its splits for the keys it sees, not the table's length."""
     key = signature(q, k_cache, v_cache, block_tables, seq_lens)
@@ -397,11 +400,10 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
     max_len = block_tables.shape[1] * block_size
     if span.kind != "full":
         max_len = min(max_len, visible_bound(span, max_len) + config.block_n)
-    variant = (span.code, sinks is not None)  # compiled separately: other registers, other residency
-    # Splits are planned on the residency of the kernel without sinks: a sink only sets split 0's
-    # starting max and sum, so the work per split is the same, yet its own compile held five
-    # programs per SM instead of four, and the plan built on that ran 14 % slower on the H200 at
-    # batch 8 x 128K (64/8 heads) than the no-sink plan, at which both variants run alike.
+    # Splits are planned on the residency of the kernel without sinks: a sink adds no work per
+    # split, yet the sinks variant's own compile held five programs per SM instead of four, and
+    # the plan built on that ran 14 % slower on the H200 at batch 8 x 128K (64/8 heads) than the
+    # no-sink plan, at which both variants run alike.
     planned_variant = (span.code, False)
     out = torch.empty_like(q)
 
@@ -424,7 +426,12 @@ def _prepare(q, k_cache, v_cache, block_tables, seq_lens, sm_scale, k_scale, v_s
                                 dict(min_tiles=WINDOW_MIN_TILES, whole_tiles=WINDOW_WHOLE_TILES)))[0]
 
     plan, inline = choose_merge_plan(config, plan_for, in_graph=capturing(q.device) if in_graph is None else in_graph)
-    return plan, args(plan, inline), _constexprs(key, config, plan.split, inline, variant), out
+    # Where the merge kernel combines the splits it folds the sinks into each head's denominator,
+    # and the split kernel is the one without sinks. Folded in split 0 instead, a 65-split call
+    # (batch 1, a 4K window in one-tile splits) ran 1.05-1.13x the call without sinks on the H200.
+    merge_sinks = sinks if plan.split and not inline else None
+    variant = (span.code, sinks is not None and merge_sinks is None)  # compiled apart: other registers
+    return plan, args(plan, inline), _constexprs(key, config, plan.split, inline, variant), out, merge_sinks
 
 
 def decode_num_splits(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, block_tables: torch.Tensor,

@@ -38,6 +38,22 @@ def test_every_cut_of_the_head_dim_merges_like_the_formula(splits, head_dim, d_c
     torch.testing.assert_close(out.double(), _by_hand(parts, lse), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("splits", [1, 7, 33])
+def test_sinks_join_each_heads_denominator(splits):
+    # o = sum_s 2^lse_s o_s / (sum_s 2^lse_s + e^sink): the sink is a natural-log logit with no value.
+    parts, lse = _partials(2, 3, splits, 64, seed=splits)
+    sinks = torch.tensor([-1.5, 0.0, 2.5])
+    out = merge_splits(parts, lse, torch.empty(2, 3, 64), sinks=sinks)
+    lse64 = lse.double()
+    z = torch.exp2(lse64).sum(-1) + torch.exp(sinks.double())
+    by_hand = (parts.double() * torch.exp2(lse64)[..., None]).sum(-2) / z[..., None]
+    torch.testing.assert_close(out.double(), by_hand, rtol=1e-5, atol=1e-6)
+    # A sink far above every split's lse takes nearly all the weight; far below, none.
+    assert merge_splits(parts, lse, torch.empty(2, 3, 64), sinks=sinks + 60).abs().max() < 1e-6
+    torch.testing.assert_close(merge_splits(parts, lse, torch.empty(2, 3, 64), sinks=sinks - 200).double(),
+                               _by_hand(parts, lse), rtol=1e-5, atol=1e-6)
+
+
 def test_a_bf16_output_is_the_rounded_sum():
     parts, lse = _partials(1, 4, 9, 128)
     out = merge_splits(parts, lse, torch.empty(1, 4, 128, dtype=torch.bfloat16))

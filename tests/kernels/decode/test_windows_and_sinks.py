@@ -9,6 +9,7 @@ CPU (CI): the kernel under TRITON_INTERPRET=1 on small shapes; GPU (marked ``gpu
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -123,10 +124,13 @@ def test_sinks_join_the_denominator(kw, hq, hkv):
     ref = _direct(q, k, v, LENS, span_of(**kw), sinks)
     assert _err(paged_attention_reference(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sinks=sinks, **kw),
                 ref) < 1e-5
-    for splits in (None, 5):
+    # Unsplit and merged inline the split kernel folds the sinks in; through the merge kernel,
+    # the merge does and the split kernel runs without them.
+    for splits, merge in ((None, "auto"), (1, "auto"), (5, "inline"), (5, "kernel"), (3, "kernel")):
+        config = replace(default_config(q.shape[-1], c.k_cache.dtype), merge=merge)
         out = paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sinks=sinks,
-                                     num_splits=splits, **kw)
-        assert _err(out, ref) <= BF16_TOL, splits
+                                     num_splits=splits, config=config, **kw)
+        assert _err(out, ref) <= BF16_TOL, (splits, merge)
     # A large sink takes nearly all the weight: the output shrinks towards 0, as e^sink / Z says.
     big = paged_decode_attention(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, sinks=sinks + 30, **kw)
     assert big.float().abs().max().item() < 1e-3
